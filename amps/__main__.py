@@ -1,0 +1,5 @@
+"""`python -m amps` is the `amps` command."""
+
+from amps.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The `amps` command line."""

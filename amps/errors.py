@@ -1,0 +1,210 @@
+"""One error hierarchy for the whole broker.
+
+```
+AmpsError
+├── ConfigError            (path, value, expected)                   not retriable
+├── ClientError            the caller's fault; the instance carries on unchanged
+│   ├── FilterSyntaxError  (expression, column)
+│   ├── InvalidTopic
+│   ├── UnknownTopic
+│   ├── InvalidBookmark
+│   ├── InvalidOptions
+│   ├── MessageTooLarge    (size_bytes, max_size_bytes)
+│   ├── NameInUse
+│   ├── LogonRequired
+│   ├── UnknownCommand
+│   ├── NotEntitled
+│   ├── NotAQueue
+│   └── UnknownBookmark
+├── ServerError            the instance's or a peer's fault
+│   ├── Unavailable        retriable
+│   ├── CorruptRecord      (segment, offset)
+│   └── JournalError       (fsync or write failure: fatal for the instance)
+├── ConnectionClosed       the client closed the connection itself
+└── ConnectionBroken       the instance or the network dropped it (retriable)
+```
+
+Every class has a stable `code` (sent in failed acks and gRPC status details so the client can
+rebuild the same class with `error_for_code`), an AMPS `reason` word for failed acks, and
+`retriable`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class AmpsError(Exception):
+    """Root of every error the broker raises on purpose."""
+
+    code: ClassVar[str] = "error"
+    reason: ClassVar[str] = "error"
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(AmpsError):
+    """A configuration mistake: names the element path, the bad value and what was expected."""
+
+    code = "config"
+    reason = "invalid configuration"
+
+    def __init__(self, path: str, value: str | None, expected: str) -> None:
+        shown = "(missing)" if value is None else repr(value)
+        super().__init__(f"{path}: {shown}: expected {expected}")
+        self.path = path
+        self.value = value
+        self.expected = expected
+
+
+class ClientError(AmpsError):
+    """The caller sent something wrong; nothing changed on the instance."""
+
+    code = "client"
+    reason = "invalid options"
+
+
+class FilterSyntaxError(ClientError):
+    """An expression that does not parse or type-check; `column` is 1-based."""
+
+    code = "bad_filter"
+    reason = "bad filter"
+
+    def __init__(self, expression: str, column: int, detail: str) -> None:
+        super().__init__(f"{detail} at column {column}")
+        self.expression = expression
+        self.column = column
+        self.detail = detail
+
+
+class InvalidTopic(ClientError):
+    code = "invalid_topic"
+    reason = "invalid topic"
+
+
+class UnknownTopic(ClientError):
+    code = "unknown_topic"
+    reason = "invalid topic"
+
+
+class InvalidBookmark(ClientError):
+    code = "invalid_bookmark"
+    reason = "invalid bookmark"
+
+
+class InvalidOptions(ClientError):
+    code = "invalid_options"
+    reason = "invalid options"
+
+
+class MessageTooLarge(ClientError):
+    """A message over the configured maximum size; rejected before it is buffered."""
+
+    code = "message_too_large"
+    reason = "message too large"
+
+    def __init__(self, size_bytes: int, max_size_bytes: int) -> None:
+        super().__init__(f"message of {size_bytes} bytes exceeds the maximum of {max_size_bytes}")
+        self.size_bytes = size_bytes
+        self.max_size_bytes = max_size_bytes
+
+
+class NameInUse(ClientError):
+    code = "name_in_use"
+    reason = "name in use"
+
+
+class LogonRequired(ClientError):
+    code = "logon_required"
+    reason = "logon required"
+
+
+class UnknownCommand(ClientError):
+    code = "unknown_command"
+    reason = "unknown command"
+
+
+class NotEntitled(ClientError):
+    code = "not_entitled"
+    reason = "not entitled"
+
+
+class NotAQueue(ClientError):
+    code = "not_a_queue"
+    reason = "not supported"
+
+
+class UnknownBookmark(ClientError):
+    code = "unknown_bookmark"
+    reason = "invalid bookmark"
+
+
+class ServerError(AmpsError):
+    """The instance (or a peer) failed; the request may succeed elsewhere or later."""
+
+    code = "server"
+    reason = "server error"
+
+
+class Unavailable(ServerError):
+    code = "unavailable"
+    reason = "unavailable"
+    retriable = True
+
+
+class CorruptRecord(ServerError):
+    """A journal record whose frame or checksum is wrong."""
+
+    code = "corrupt_record"
+    reason = "tx store failure"
+
+    def __init__(self, message: str, segment: str = "", offset: int = 0) -> None:
+        super().__init__(message)
+        self.segment = segment
+        self.offset = offset
+
+
+class JournalError(ServerError):
+    """Writing or syncing the journal failed; the instance must stop, never pretend success."""
+
+    code = "journal"
+    reason = "tx store failure"
+
+
+class ConnectionClosed(AmpsError):
+    """The client closed its own connection."""
+
+    code = "connection_closed"
+    reason = "connection closed"
+
+
+class ConnectionBroken(AmpsError):
+    """The instance or the network dropped the connection."""
+
+    code = "connection_broken"
+    reason = "connection broken"
+    retriable = True
+
+
+def _all_subclasses(cls: type[AmpsError]) -> list[type[AmpsError]]:
+    found: list[type[AmpsError]] = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_all_subclasses(sub))
+    return found
+
+
+_BY_CODE: dict[str, type[AmpsError]] = {
+    c.code: c for c in [AmpsError, *_all_subclasses(AmpsError)] if c.__init__ is AmpsError.__init__
+}
+
+
+def error_for_code(code: str, message: str) -> AmpsError:
+    """Rebuild an error sent by the instance; classes with extra fields fall back to their base."""
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return ServerError(message) if code else AmpsError(message)
+    return cls(message)

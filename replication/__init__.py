@@ -1,0 +1,1 @@
+"""Replication between instances: links, routing, ownership transfer (a later issue)."""
