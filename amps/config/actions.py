@@ -1,0 +1,141 @@
+"""`Actions/Action`: the On/Do modules we run (AMPS-REFERENCE §1.8, §5.1: dead letters)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from xml.etree.ElementTree import Element
+
+from amps.config.model import ActionConfig, ActionStep, QueueConfig
+from amps.config.reader import Reader
+from amps.config.sections import parse_literal_topic, parse_message_type, parse_topic_name
+from amps.config.topics import is_regex, topic_matches
+
+ON_SOW_EXPIRE = "amps-action-on-sow-expire-message"
+DO_PUBLISH = "amps-action-do-publish-message"
+ON_MODULES = (ON_SOW_EXPIRE,)
+DO_MODULES = (DO_PUBLISH,)
+EXPIRE_REASONS = ("time_limit", "forced_expire", "max_cancels", "max_deliveries")
+CONTEXT_VARIABLES = (
+    "AMPS_TOPIC",
+    "AMPS_DATA",
+    "AMPS_DATA_LENGTH",
+    "AMPS_CORRELATION_ID",
+    "AMPS_REASON",
+)
+_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+
+
+def _parse_reasons(text: str) -> str:
+    reasons = [part.strip() for part in text.split(",")]
+    if not reasons or any(reason not in EXPIRE_REASONS for reason in reasons):
+        raise ValueError("a comma-separated list of " + ", ".join(EXPIRE_REASONS))
+    return ",".join(reasons)
+
+
+def _parse_data(text: str) -> str:
+    for name in _PLACEHOLDER.findall(text):
+        if name not in CONTEXT_VARIABLES:
+            raise ValueError("{{...}} context variables among " + ", ".join(CONTEXT_VARIABLES))
+    return text
+
+
+# module -> option name -> (required, validator)
+OptionRules = Mapping[str, tuple[bool, Callable[[str], str]]]
+OPTION_RULES: dict[str, OptionRules] = {
+    ON_SOW_EXPIRE: {
+        "Topic": (True, parse_topic_name),
+        "MessageType": (True, parse_message_type),
+        "Reason": (False, _parse_reasons),
+    },
+    DO_PUBLISH: {
+        "Topic": (True, parse_literal_topic),
+        "MessageType": (True, parse_message_type),
+        "Data": (True, _parse_data),
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LocatedStep:
+    step: ActionStep
+    path: str
+
+
+def parse_actions(
+    reader: Reader, path: str, element: Element
+) -> list[tuple[ActionConfig, list[LocatedStep]]]:
+    fields = reader.children(element, path, repeated=("Action",))
+    parsed: list[tuple[ActionConfig, list[LocatedStep]]] = []
+    for action_path, action_element in fields.many("Action"):
+        action_fields = reader.children(action_element, action_path, repeated=("On", "Do"))
+        on = [_parse_step(reader, p, e, ON_MODULES) for p, e in action_fields.many("On")]
+        do = [_parse_step(reader, p, e, DO_MODULES) for p, e in action_fields.many("Do")]
+        for name, steps in (("On", on), ("Do", do)):
+            if not steps:
+                reader.error(f"{action_path}/{name}", None, f"at least one {name} element")
+        found_on = [s for s in on if s is not None]
+        found_do = [s for s in do if s is not None]
+        action = ActionConfig(tuple(s.step for s in found_on), tuple(s.step for s in found_do))
+        parsed.append((action, found_on))
+    return parsed
+
+
+def _parse_step(
+    reader: Reader, path: str, element: Element, supported: tuple[str, ...]
+) -> LocatedStep | None:
+    fields = reader.children(element, path, single=("Module", "Options"))
+    module = reader.required(fields, "Module", str, "a Module name")
+    if module is None:
+        return None
+    if module not in supported:
+        reader.error(f"{path}/Module", module, "a supported action module: " + ", ".join(supported))
+        return None
+    rules = OPTION_RULES[module]
+    options: dict[str, str] = {}
+    options_path = reader.path_of(fields, "Options")
+    hit = fields.one("Options")
+    if hit is not None:
+        option_fields = reader.children(hit[1], options_path, single=tuple(rules))
+        for name, (_, validate) in rules.items():
+            value = reader.optional(option_fields, name, validate)
+            if value is not None:
+                options[name] = value
+        # Keep the file's order: an ordered mapping of what was written.
+        order = [str(child.tag) for child in hit[1]]
+        options = {name: options[name] for name in order if name in options}
+    ok = True
+    for name, (required, _) in rules.items():
+        if required and name not in options:
+            reader.error(f"{options_path}/{name}", None, f"option {name} of {module}")
+            ok = False
+    if not ok:
+        return None
+    return LocatedStep(ActionStep(module, MappingProxyType(options)), path)
+
+
+def check_actions_against_queues(
+    reader: Reader,
+    parsed: list[tuple[ActionConfig, list[LocatedStep]]],
+    queues: tuple[QueueConfig, ...],
+) -> None:
+    """§5.1: an on-expire action names queues (literally or by regex) of its message type."""
+    for _, on_steps in parsed:
+        for located in on_steps:
+            topic = located.step.option("Topic") or ""
+            message_type = located.step.option("MessageType")
+            matched = [q for q in queues if topic_matches(topic, q.name)]
+            topic_path = f"{located.path}/Options/Topic"
+            if not matched:
+                what = "a regex matching" if is_regex(topic) else "the Name of"
+                reader.error(topic_path, topic, f"{what} a configured queue")
+                continue
+            wrong = [q.name for q in matched if q.message_type != message_type]
+            if wrong:
+                reader.error(
+                    f"{located.path}/Options/MessageType",
+                    message_type,
+                    f"the MessageType of queue {wrong[0]!r}",
+                )

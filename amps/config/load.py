@@ -1,0 +1,148 @@
+"""`load_config`: XML text -> a validated `Config`, or one ConfigError listing every mistake."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from xml.etree.ElementTree import Element, ParseError
+
+import defusedxml
+import defusedxml.ElementTree
+
+from amps.config.actions import check_actions_against_queues, parse_actions
+from amps.config.default import DEFAULT_CONFIG_XML
+from amps.config.model import (
+    ActionConfig,
+    AdminConfig,
+    Config,
+    RawElement,
+    ReplicationConfig,
+    TransactionLogConfig,
+    TransportConfig,
+)
+from amps.config.queues import check_queues_against_log, parse_sow
+from amps.config.reader import ExpressionCheck, Reader
+from amps.config.replication import check_replication_against_log, parse_replication
+from amps.config.sections import (
+    parse_admin,
+    parse_name,
+    parse_transaction_log,
+    parse_transports,
+)
+from amps.errors import ConfigError
+
+ROOT = "AMPSConfig"
+DOCUMENT = "(document)"
+# Sections a later issue interprets; kept as written so they are not silently dropped.
+RESERVED_SECTIONS = (
+    "Authentication",
+    "Entitlement",
+    "Logging",
+    "Modules",
+    "MessageTypes",
+    "Tuning",
+)
+TYPED_SECTIONS = ("Admin", "Transports", "TransactionLog", "SOW", "Actions", "Replication")
+
+
+class ConfigErrors(ConfigError):
+    """Every mistake found in one file; `path`, `value` and `expected` are the first one's."""
+
+    def __init__(self, errors: Sequence[ConfigError]) -> None:
+        assert errors
+        first = errors[0]
+        super().__init__(first.path, first.value, first.expected)
+        self.errors: tuple[ConfigError, ...] = tuple(errors)
+        if len(errors) > 1:
+            lines = [f"{len(errors)} configuration errors:"]
+            lines.extend(f"  {error.message}" for error in errors)
+            self.message = "\n".join(lines)
+            self.args = (self.message,)
+
+
+def load_config(
+    text: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    check_expression: ExpressionCheck | None = None,
+) -> Config:
+    """Parse and validate one AMPS-style XML configuration; raise ConfigErrors on any mistake.
+
+    `env` feeds `${NAME}` references; `check_expression(text, kind)` may raise FilterSyntaxError.
+    """
+    root = _parse_xml(text)
+    reader = Reader(env if env is not None else {}, check_expression)
+    config = _read_root(reader, root)
+    if reader.errors or config is None:
+        raise ConfigErrors(reader.errors or [ConfigError(ROOT, None, "a valid configuration")])
+    return config
+
+
+def default_config() -> Config:
+    """The built-in configuration (`DEFAULT_CONFIG_XML`) loaded."""
+    return load_config(DEFAULT_CONFIG_XML)
+
+
+def _parse_xml(text: str) -> Element:
+    try:
+        root: Element = defusedxml.ElementTree.fromstring(text, forbid_dtd=True)
+    except ParseError as error:
+        line, column = error.position
+        detail = str(error).split(":")[0]
+        raise ConfigErrors(
+            [
+                ConfigError(
+                    DOCUMENT, f"line {line}, column {column + 1}", f"well-formed XML ({detail})"
+                )
+            ]
+        ) from None
+    except defusedxml.DefusedXmlException as error:
+        raise ConfigErrors(
+            [ConfigError(DOCUMENT, type(error).__name__, "XML without DTD or entity declarations")]
+        ) from None
+    except ValueError as error:  # e.g. text that cannot be encoded (lone surrogates)
+        raise ConfigErrors([ConfigError(DOCUMENT, None, f"XML text ({error})")]) from None
+    if root.tag != ROOT:
+        raise ConfigErrors([ConfigError(DOCUMENT, str(root.tag), f"the root element <{ROOT}>")])
+    return root
+
+
+def _read_root(reader: Reader, root: Element) -> Config | None:
+    fields = reader.children(
+        root, ROOT, single=("Name", "Group", *TYPED_SECTIONS, *RESERVED_SECTIONS)
+    )
+    name = reader.required(fields, "Name", parse_name, "the instance Name")
+    group = reader.value(fields, "Group", parse_name, name)
+    admin: AdminConfig | None = None
+    transports: tuple[TransportConfig, ...] = ()
+    log: TransactionLogConfig | None = None
+    replication: ReplicationConfig | None = None
+    if hit := fields.one("Admin"):
+        admin = parse_admin(reader, *hit)
+    if hit := fields.one("Transports"):
+        transports = parse_transports(reader, *hit)
+    if hit := fields.one("TransactionLog"):
+        log = parse_transaction_log(reader, *hit)
+    queues = parse_sow(reader, *hit, group or "") if (hit := fields.one("SOW")) else []
+    check_queues_against_log(reader, queues, log)
+    actions = parse_actions(reader, *hit) if (hit := fields.one("Actions")) else []
+    check_actions_against_queues(reader, actions, tuple(item.queue for item in queues))
+    if hit := fields.one("Replication"):
+        replication, replicated_topics = parse_replication(reader, *hit)
+        check_replication_against_log(reader, replicated_topics, log)
+    reserved: list[RawElement] = [
+        reader.raw(*hit) for tag in RESERVED_SECTIONS if (hit := fields.one(tag))
+    ]
+    if name is None or group is None:
+        return None
+    action_configs: tuple[ActionConfig, ...] = tuple(action for action, _ in actions)
+    return Config(
+        name=name,
+        group=group,
+        admin=admin,
+        transports=transports,
+        transaction_log=log,
+        queues=tuple(item.queue for item in queues),
+        actions=action_configs,
+        replication=replication,
+        reserved=tuple(reserved),
+    )

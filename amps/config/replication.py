@@ -1,0 +1,147 @@
+"""`Replication/Destination`, parsed into typed values for the replication issue (§1.7)."""
+
+from __future__ import annotations
+
+from typing import Literal, cast
+from xml.etree.ElementTree import Element
+
+from amps.config.model import (
+    DestinationConfig,
+    MessageType,
+    ReplicationConfig,
+    ReplicationTopicConfig,
+    ReplicationTransportConfig,
+    SyncType,
+    TransactionLogConfig,
+)
+from amps.config.reader import Reader
+from amps.config.sections import (
+    parse_inet_addr,
+    parse_message_type,
+    parse_name,
+    parse_topic_name,
+)
+from amps.config.topics import compile_topic_regex, is_regex
+from amps.config.units import choice, duration, parse_enabled
+
+_DESTINATION_ELEMENTS = (
+    "Name",
+    "Group",
+    "SyncType",
+    "PassThrough",
+    "ResyncPassThrough",
+    "Compression",
+    "CompressionType",
+    "AckConflationInterval",
+)
+
+
+def _parse_regex(text: str) -> str:
+    compile_topic_regex(text)
+    return text
+
+
+def parse_replication(
+    reader: Reader, path: str, element: Element
+) -> tuple[ReplicationConfig, list[tuple[str, ReplicationTopicConfig]]]:
+    fields = reader.children(element, path, repeated=("Destination",))
+    destinations: list[DestinationConfig] = []
+    topics: list[tuple[str, ReplicationTopicConfig]] = []
+    for destination_path, destination_element in fields.many("Destination"):
+        destination = _parse_destination(reader, destination_path, destination_element, topics)
+        if destination is not None:
+            destinations.append(destination)
+    return ReplicationConfig(tuple(destinations)), topics
+
+
+def _parse_destination(
+    reader: Reader,
+    path: str,
+    element: Element,
+    topics_out: list[tuple[str, ReplicationTopicConfig]],
+) -> DestinationConfig | None:
+    fields = reader.children(
+        element, path, single=_DESTINATION_ELEMENTS, repeated=("Topic", "Transport")
+    )
+    name = reader.optional(fields, "Name", parse_name)
+    group = reader.optional(fields, "Group", parse_name)
+    if name is None and group is None and not fields.has("Name") and not fields.has("Group"):
+        reader.error(f"{path}/Group", None, "a Group (or Name) for the destination")
+    sync_type = reader.required(fields, "SyncType", choice("sync", "async"), "sync or async")
+    transports = []
+    for transport_path, transport_element in fields.many("Transport"):
+        transport_fields = reader.children(
+            transport_element,
+            transport_path,
+            single=("Type", "ReconnectTimeout"),
+            repeated=("InetAddr",),
+        )
+        reader.required(
+            transport_fields, "Type", choice("amps-replication"), "Type amps-replication"
+        )
+        addrs = []
+        for addr_path, addr_element in transport_fields.many("InetAddr"):
+            text = reader.text(addr_path, addr_element)
+            if text is not None:
+                try:
+                    addrs.append(parse_inet_addr(text))
+                except ValueError as problem:
+                    reader.error(addr_path, text, str(problem))
+        timeout_ms = reader.optional(
+            transport_fields, "ReconnectTimeout", duration(10**6, 10**6, "1ms")
+        )
+        transports.append(ReplicationTransportConfig("amps-replication", tuple(addrs), timeout_ms))
+    if not transports:
+        reader.error(f"{path}/Transport", None, "at least one Transport")
+    topics: list[ReplicationTopicConfig] = []
+    for topic_path, topic_element in fields.many("Topic"):
+        topic_fields = reader.children(
+            topic_element, topic_path, single=("Name", "MessageType", "Filter")
+        )
+        topic_name = reader.value(topic_fields, "Name", parse_topic_name, ".*")
+        message_type = reader.required(
+            topic_fields, "MessageType", parse_message_type, "a MessageType: json or binary"
+        )
+        # Replication filters are content filters, checked like a queue's Filter.
+        topic_filter = reader.expression(topic_fields, "Filter", "queue-filter")
+        if message_type is not None:
+            topic = ReplicationTopicConfig(
+                topic_name, cast(MessageType, message_type), topic_filter
+            )
+            topics.append(topic)
+            topics_out.append((reader.path_of(topic_fields, "Name"), topic))
+    if sync_type is None or (name is None and group is None):
+        return None
+    return DestinationConfig(
+        name=name or group or "",
+        group=group or name or "",
+        sync_type=cast(SyncType, sync_type),
+        transports=tuple(transports),
+        topics=tuple(topics),
+        pass_through=reader.optional(fields, "PassThrough", _parse_regex),
+        resync_pass_through=reader.optional(fields, "ResyncPassThrough", _parse_regex),
+        compression=reader.value(fields, "Compression", parse_enabled, False),
+        compression_type=cast(
+            Literal["zlib", "zstd"],
+            reader.value(fields, "CompressionType", choice("zlib", "zstd"), "zlib"),
+        ),
+        ack_conflation_interval_ms=reader.value(
+            fields,
+            "AckConflationInterval",
+            duration(10**6, 10**6, "1ms", 10**9, "1s"),
+            1_000,
+        ),
+    )
+
+
+def check_replication_against_log(
+    reader: Reader,
+    topics: list[tuple[str, ReplicationTopicConfig]],
+    log: TransactionLogConfig | None,
+) -> None:
+    """§1.7: a replicated literal topic must be recorded in the local transaction log."""
+    for path, topic in topics:
+        if is_regex(topic.name):
+            continue  # a regex replicates whichever recorded topics it matches
+        if log is None or not log.records_topic(topic.name):
+            reader.error(path, topic.name, "a topic recorded in the local TransactionLog")

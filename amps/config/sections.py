@@ -1,0 +1,171 @@
+"""Parsers for the instance-level sections: Admin, Transports and TransactionLog."""
+
+from __future__ import annotations
+
+import re
+from typing import cast
+from xml.etree.ElementTree import Element
+
+from amps.config.model import (
+    GIB,
+    KIB,
+    AdminConfig,
+    InetAddr,
+    MessageType,
+    TopicConfig,
+    TransactionLogConfig,
+    TransportConfig,
+    TransportType,
+)
+from amps.config.reader import Children, Reader
+from amps.config.topics import compile_topic_regex, is_regex
+from amps.config.units import choice, count, duration, size
+
+# Journal size: AMPS's minimum is 10MB; we allow 64KB so tests can roll segments cheaply.
+MIN_JOURNAL_SIZE_BYTES = 64 * KIB
+MAX_MESSAGE_SIZE_BYTES = GIB
+DEFAULT_HOST = "127.0.0.1"
+
+_HOST = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
+_IPV6 = re.compile(r"[0-9A-Fa-f:.%]+", re.ASCII)
+
+parse_message_type = choice("json", "binary")
+
+
+def parse_inet_addr(text: str) -> InetAddr:
+    """`9007`, `host:9007` or `[::1]:9007`; a bare port means 127.0.0.1 (not every interface)."""
+    expected = "a port (0-65535), host:port or [ipv6]:port"
+    host, port_text = DEFAULT_HOST, text
+    if text.startswith("["):
+        inside, bracket, rest = text[1:].partition("]")
+        if not bracket or not rest.startswith(":") or not _IPV6.fullmatch(inside):
+            raise ValueError(expected)
+        host, port_text = inside, rest[1:]
+    elif ":" in text:
+        host, _, port_text = text.rpartition(":")
+        if not _HOST.fullmatch(host):
+            raise ValueError(expected)
+    if not port_text.isascii() or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(expected)
+    return InetAddr(host, int(port_text))
+
+
+def parse_topic_name(text: str) -> str:
+    """A literal topic or a regex that RE2 compiles."""
+    if is_regex(text):
+        compile_topic_regex(text)
+    return text
+
+
+def parse_literal_topic(text: str) -> str:
+    """A literal topic name (no regex metacharacters, no whitespace)."""
+    if is_regex(text) or any(c.isspace() for c in text):
+        raise ValueError("a literal topic name (no regex characters or spaces)")
+    return text
+
+
+def parse_name(text: str) -> str:
+    """An identifier such as an instance, group or transport name: no whitespace."""
+    if any(c.isspace() for c in text):
+        raise ValueError("a name without spaces")
+    return text
+
+
+def parse_admin(reader: Reader, path: str, element: Element) -> AdminConfig:
+    fields = reader.children(element, path, single=("InetAddr", "FileName", "Interval"))
+    return AdminConfig(
+        inet_addr=reader.optional(fields, "InetAddr", parse_inet_addr),
+        file_name=reader.value(fields, "FileName", str, ":memory:"),
+        interval_ms=reader.value(fields, "Interval", duration(10**6, 10**9, "1s"), 10_000),
+    )
+
+
+def parse_transports(reader: Reader, path: str, element: Element) -> tuple[TransportConfig, ...]:
+    fields = reader.children(element, path, repeated=("Transport",))
+    transports: list[TransportConfig] = []
+    names: dict[str, str] = {}
+    replication_path: str | None = None
+    for transport_path, transport_element in fields.many("Transport"):
+        transport = _parse_transport(reader, transport_path, transport_element)
+        if transport is None:
+            continue
+        name_path = f"{transport_path}/Name"
+        if transport.name in names:
+            reader.error(name_path, transport.name, f"a name not used by {names[transport.name]}")
+        names.setdefault(transport.name, transport_path)
+        if transport.type == "amps-replication":
+            if replication_path is not None:
+                reader.error(
+                    f"{transport_path}/Type",
+                    transport.type,
+                    f"at most one amps-replication transport (already {replication_path})",
+                )
+            replication_path = replication_path or transport_path
+        transports.append(transport)
+    return tuple(transports)
+
+
+def _parse_transport(reader: Reader, path: str, element: Element) -> TransportConfig | None:
+    fields = reader.children(element, path, single=("Name", "Type", "InetAddr", "MaxMessageSize"))
+    name = reader.required(fields, "Name", parse_name, "a transport name")
+    kind = reader.required(
+        fields,
+        "Type",
+        choice("grpc", "amps-replication"),
+        "a transport Type: grpc or amps-replication",
+    )
+    inet_addr = reader.required(fields, "InetAddr", parse_inet_addr, "a port or host:port")
+    max_size_bytes = reader.value(
+        fields, "MaxMessageSize", size(1, MAX_MESSAGE_SIZE_BYTES, "1 byte", "1GB"), 1024 * KIB
+    )
+    if name is None or kind is None or inet_addr is None:
+        return None
+    return TransportConfig(name, cast(TransportType, kind), inet_addr, max_size_bytes)
+
+
+def parse_transaction_log(reader: Reader, path: str, element: Element) -> TransactionLogConfig:
+    fields = reader.children(
+        element,
+        path,
+        single=(
+            "JournalDirectory",
+            "JournalArchiveDirectory",
+            "JournalSize",
+            "FlushInterval",
+            "PreallocatedJournalFiles",
+        ),
+        repeated=("Topic",),
+        synonyms={"MinJournalSize": "JournalSize"},
+    )
+    directory = reader.required(fields, "JournalDirectory", str, "a journal directory")
+    return TransactionLogConfig(
+        journal_directory=directory or "",
+        topics=_parse_log_topics(reader, fields),
+        journal_size_bytes=reader.value(
+            fields, "JournalSize", size(MIN_JOURNAL_SIZE_BYTES, 2**62, "64KB", "4EB"), GIB
+        ),
+        flush_interval_us=reader.value(
+            fields, "FlushInterval", duration(1_000, 1_000, "1us", 10**9, "1000ms"), 100_000
+        ),
+        preallocated_journal_files=reader.value(fields, "PreallocatedJournalFiles", count(1), 2),
+        journal_archive_directory=reader.optional(fields, "JournalArchiveDirectory", str),
+    )
+
+
+def _parse_log_topics(reader: Reader, fields: Children) -> tuple[TopicConfig, ...]:
+    topics: list[TopicConfig] = []
+    seen: dict[str, str] = {}
+    for topic_path, topic_element in fields.many("Topic"):
+        topic_fields = reader.children(topic_element, topic_path, single=("Name", "MessageType"))
+        name = reader.required(topic_fields, "Name", parse_topic_name, "a topic name or regex")
+        message_type = reader.required(
+            topic_fields, "MessageType", parse_message_type, "a MessageType: json or binary"
+        )
+        if name is None or message_type is None:
+            continue
+        if name in seen:
+            reader.error(f"{topic_path}/Name", name, f"a topic not already listed at {seen[name]}")
+            continue
+        seen[name] = topic_path
+        topics.append(TopicConfig(name, cast(MessageType, message_type)))
+    return tuple(topics)
