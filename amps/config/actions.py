@@ -10,7 +10,7 @@ from xml.etree.ElementTree import Element
 
 from amps.config.model import ActionConfig, ActionStep, QueueConfig
 from amps.config.reader import Reader
-from amps.config.sections import parse_literal_topic, parse_message_type, parse_topic_name
+from amps.config.sections import parse_message_type, parse_publish_topic, parse_topic_name
 from amps.config.topics import is_regex, topic_matches
 
 ON_SOW_EXPIRE = "amps-action-on-sow-expire-message"
@@ -51,7 +51,7 @@ OPTION_RULES: dict[str, OptionRules] = {
         "Reason": (False, _parse_reasons),
     },
     DO_PUBLISH: {
-        "Topic": (True, parse_literal_topic),
+        "Topic": (True, parse_publish_topic),
         "MessageType": (True, parse_message_type),
         "Data": (True, _parse_data),
     },

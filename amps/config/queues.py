@@ -4,7 +4,7 @@ the transaction log (AMPS-REFERENCE §1.3; SPEC Q1, Q9, A1, A4, R2)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 from xml.etree.ElementTree import Element
 
@@ -24,6 +24,7 @@ from amps.config.sections import (
     parse_literal_topic,
     parse_message_type,
     parse_name,
+    parse_publish_topic,
     parse_topic_name,
 )
 from amps.config.topics import covering_names, is_regex, topic_matches
@@ -65,6 +66,8 @@ _RECOVERY_POINT = re.compile(
 )
 parse_fairness = choice("fast", "round-robin", "proportional")
 parse_leasing = choice("strict", "sublet")
+parse_semantics = choice("at-least-once", "at-most-once")
+parse_expiration_model = choice("default", "queue", "latest", "earliest")
 _positive_ms = duration(1_000_000, 1_000_000, "1ms")
 
 
@@ -112,52 +115,60 @@ def _parse_queue(
         fields, "MessageType", parse_message_type, "a MessageType: json or binary"
     )
     underlying = reader.value(fields, "UnderlyingTopic", parse_topic_name, name)
-    target = reader.optional(fields, "DefaultPublishTarget", parse_literal_topic)
-    semantics = cast(
-        Semantics,
-        reader.value(fields, "Semantics", choice("at-least-once", "at-most-once"), "at-least-once"),
+    target = reader.optional(fields, "DefaultPublishTarget", parse_publish_topic)
+    if underlying is not None and name is not None:
+        target = _resolve_target(reader, fields, underlying, target)
+    # Every element is read before giving up, so one run reports every mistake in the queue.
+    queue = _read_policy(reader, fields, kind, group)
+    if name is None or message_type is None or underlying is None or target is None:
+        return None
+    queue = replace(
+        queue,
+        name=name,
+        message_type=cast(MessageType, message_type),
+        underlying_topic=underlying,
+        default_publish_target=target,
     )
-    fairness = reader.optional(
-        fields, "FairnessModel", choice("fast", "round-robin", "proportional")
+    return LocatedQueue(
+        queue,
+        path,
+        reader.path_of(fields, "Name"),
+        reader.path_of(fields, "UnderlyingTopic" if fields.has("UnderlyingTopic") else "Name"),
+        reader.path_of(fields, "DefaultPublishTarget"),
+        reader.path_of(fields, "MessageType"),
     )
+
+
+def _read_policy(reader: Reader, fields: Children, kind: QueueKind, group: str) -> QueueConfig:
+    """Every element but the topics, checked alone and together (A4, Q9, R2)."""
+    semantics = cast(Semantics, reader.value(fields, "Semantics", parse_semantics, "at-least-once"))
+    fairness = reader.optional(fields, "FairnessModel", parse_fairness)
     initial_owner = reader.optional(fields, "InitialOwner", parse_name)
     domain = reader.optional(fields, "GroupLocalQueueDomain", parse_name)
     priority = reader.expression(fields, "Priority", "priority")
     barrier = reader.expression(fields, "BarrierExpression", "barrier")
     target_depth = reader.optional(fields, "TargetQueueDepth", count(1))
     _check_exclusive(reader, fields, priority, barrier, target_depth)
-    fairness = _resolve_fairness(reader, fields, semantics, fairness)
     _check_owner(reader, fields, kind, initial_owner, domain)
-    if underlying is not None and name is not None:
-        target = _resolve_target(reader, fields, underlying, target)
-    if name is None or message_type is None or underlying is None or target is None:
-        return None
-    queue = QueueConfig(
-        name=name,
+    return QueueConfig(
+        name="",
         kind=kind,
-        message_type=cast(MessageType, message_type),
-        underlying_topic=underlying,
-        default_publish_target=target,
+        message_type="json",
+        underlying_topic="",
+        default_publish_target="",
         semantics=semantics,
         lease_period_ms=reader.optional(fields, "LeasePeriod", _positive_ms),
         expiration_ms=reader.optional(fields, "Expiration", _positive_ms),
         expiration_model=cast(
             ExpirationModel,
-            reader.value(
-                fields,
-                "ExpirationModel",
-                choice("default", "queue", "latest", "earliest"),
-                "default",
-            ),
+            reader.value(fields, "ExpirationModel", parse_expiration_model, "default"),
         ),
         max_backlog=reader.optional(fields, "MaxBacklog", count(1)),
         max_per_subscription_backlog=reader.value(fields, "MaxPerSubscriptionBacklog", count(1), 1),
         max_cancels=reader.value(fields, "MaxCancels", count(0), 0),
         max_deliveries=reader.value(fields, "MaxDeliveries", count(0), 0),
-        fairness_model=fairness,
-        leasing=cast(
-            Leasing, reader.value(fields, "Leasing", choice("strict", "sublet"), "sublet")
-        ),
+        fairness_model=_resolve_fairness(reader, fields, semantics, fairness),
+        leasing=cast(Leasing, reader.value(fields, "Leasing", parse_leasing, "sublet")),
         priority=priority,
         barrier_expression=barrier,
         target_queue_depth=target_depth,
@@ -169,14 +180,6 @@ def _parse_queue(
         ),
         initial_owner=initial_owner,
         group_local_queue_domain=(domain or group) if kind == "GroupLocalQueue" else None,
-    )
-    return LocatedQueue(
-        queue,
-        path,
-        reader.path_of(fields, "Name"),
-        reader.path_of(fields, "UnderlyingTopic" if fields.has("UnderlyingTopic") else "Name"),
-        reader.path_of(fields, "DefaultPublishTarget"),
-        reader.path_of(fields, "MessageType"),
     )
 
 

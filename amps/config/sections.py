@@ -64,6 +64,13 @@ def parse_literal_topic(text: str) -> str:
     return text
 
 
+def parse_publish_topic(text: str) -> str:
+    """A topic published to: always literal, whatever its characters; no whitespace."""
+    if any(c.isspace() for c in text):
+        raise ValueError("a topic name without spaces")
+    return text
+
+
 def parse_name(text: str) -> str:
     """An identifier such as an instance, group or transport name: no whitespace."""
     if any(c.isspace() for c in text):
