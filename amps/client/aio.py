@@ -1,0 +1,632 @@
+"""The asyncio client: logon, batched publishing with a publish store, subscriptions, queue acks.
+
+Decisions (backoff, failover order, store bookkeeping, ack batches) live in `policy.py`; this
+module only moves bytes, owns the futures and re-arms timers. A reconnect logs on again,
+discards what the logon ack says is persisted, republishes the rest with the same sequence
+numbers and re-enters the subscriptions (D3, §7.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable, Coroutine, Sequence
+from random import Random
+from types import TracebackType
+from typing import Any, Literal
+
+from amps.client import commands
+from amps.client.connection import Connection
+from amps.client.message import ClientStatistics, Message, PublishFailure, Subscription
+from amps.client.policy import (
+    AckBatch,
+    AckBatcher,
+    ExponentialBackoff,
+    PublishStore,
+    ServerRotation,
+    ack_batch_size,
+    is_link_dead,
+    parse_max_backlog,
+    parse_servers,
+)
+from amps.errors import AmpsError, ConnectionBroken, ConnectionClosed, NameInUse, error_for_code
+from amps.v1 import client_pb2
+
+State = Literal["new", "connected", "reconnecting", "failed", "closed"]
+
+
+class Client:
+    """One named client connection (with automatic reconnect and failover when `reconnect`)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        user: str = "",
+        password: str = "",
+        publish_store_max_messages: int = 100_000,
+        publish_store_max_bytes: int = 256 * 1024 * 1024,
+        flush_interval_ms: float = 1.0,
+        max_frame_commands: int = 500,
+        reconnect: bool = True,
+        max_reconnect_delay_s: float = 20.0,
+        ack_batch_size: int | None = None,
+        ack_timeout_ms: int = 1000,
+        auto_ack: bool = False,
+        heartbeat_interval_s: float | None = None,
+        logon_timeout_s: float = 10.0,
+        publish_failed_callback: Callable[[PublishFailure], None] | None = None,
+        random: Random | None = None,
+    ) -> None:
+        assert name, "a client name is required (sequence numbers are kept per name, L4)"
+        self.name = name
+        self._user = user
+        self._password = password
+        self._flush_interval_s = flush_interval_ms / 1000.0
+        self._max_frame_commands = max_frame_commands
+        self._reconnect = reconnect
+        self._ack_batch_size = ack_batch_size
+        self._auto_ack = auto_ack
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._logon_timeout_s = logon_timeout_s
+        self._publish_failed_callback = publish_failed_callback
+        self._store = PublishStore(
+            max_messages=publish_store_max_messages, max_bytes=publish_store_max_bytes
+        )
+        self._acks = AckBatcher(timeout_ms=ack_timeout_ms)
+        self._backoff = ExponentialBackoff(
+            random or Random(), max_delay_ms=int(max_reconnect_delay_s * 1000)
+        )
+        self._rotation: ServerRotation | None = None
+        self._state: State = "new"
+        self._fatal: AmpsError | None = None
+        self._conn: Connection | None = None
+        self._connected = asyncio.Event()
+        self._room = asyncio.Event()
+        self._cmd_ids = itertools.count(1)
+        self._sub_ids = itertools.count(1)
+        self._pending: dict[str, asyncio.Future[client_pb2.Ack]] = {}
+        self._resubscribing: dict[str, str] = {}
+        self._subs: dict[str, Subscription] = {}
+        self._queries: dict[str, list[Message]] = {}
+        self._flush_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._failures: list[PublishFailure] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._counts = dict.fromkeys(
+            ("published", "persisted", "republished", "rejected", "reconnects", "delivered"), 0
+        )
+        self._counts["acks_sent"] = 0
+        self._frames = [0, 0]
+        # Highest seq handed to a stream: entries at or below it count as republished.
+        self._sent_seq = 0
+
+    # --- Connecting ----------------------------------------------------------------------------
+
+    async def connect(self, uri: str | Sequence[str], *, timeout_s: float | None = 10.0) -> None:
+        """Connect and log on to the first reachable server, retrying until `timeout_s`."""
+        self._check_open()
+        assert self._state == "new", "connect() once per client"
+        self._rotation = ServerRotation(parse_servers(uri))
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        try:
+            await self._connect_loop(deadline)
+        except AmpsError as error:
+            self._fail(error)
+            raise
+
+    async def _connect_loop(self, deadline: float | None) -> None:
+        assert self._rotation is not None
+        loop = asyncio.get_running_loop()
+        attempts = 0
+        while True:
+            target = self._rotation.current
+            remaining = self._logon_timeout_s if deadline is None else deadline - loop.time()
+            try:
+                await self._attempt(target, max(0.05, min(self._logon_timeout_s, remaining)))
+            except AmpsError as error:
+                if not error.retriable:
+                    raise
+                attempts += 1
+                self._rotation.report_failure()
+                delay_s = self._backoff.next_delay_ms() / 1000.0
+                out_of_time = deadline is not None and loop.time() + delay_s > deadline
+                if out_of_time or (not self._reconnect and attempts >= self._server_count()):
+                    raise ConnectionBroken(f"could not connect to {target}: {error}") from None
+                await asyncio.sleep(delay_s)
+                self._check_open()
+            else:
+                self._rotation.report_success()
+                self._backoff.reset()
+                return
+
+    def _server_count(self) -> int:
+        return 1 if self._rotation is None else self._rotation.count
+
+    async def _attempt(self, target: str, timeout_s: float) -> None:
+        conn = Connection(
+            target,
+            flush_interval_s=self._flush_interval_s,
+            max_frame_commands=self._max_frame_commands,
+            on_message=self._on_message,
+            on_lost=self._on_lost,
+        )
+        logon = commands.logon_command(self._cmd_id(), self.name, self._user, self._password)
+        ack = await conn.open(logon, timeout_s)
+        if self._state == "closed":
+            await conn.close()
+            raise ConnectionClosed("closed while connecting")
+        # No await from here on: republishing, resubscribing and accepting new publishes must
+        # happen in this order on the new stream.
+        self._on_logged_on(conn, ack)
+
+    def _on_logged_on(self, conn: Connection, ack: client_pb2.Ack) -> None:
+        self._conn = conn
+        for entry in self._store.on_logon(ack.seq):
+            conn.send(commands.publish_command(entry))
+            if entry.seq <= self._sent_seq:
+                self._counts["republished"] += 1
+        self._on_store_released()
+        for sub in self._subs.values():
+            cmd_id = self._cmd_id()
+            self._resubscribing[cmd_id] = sub.sub_id
+            resume = sub.last_bookmark if sub.is_bookmark and sub.last_bookmark else sub.bookmark
+            conn.send(self._subscribe_command(cmd_id, sub, resume))
+        conn.start()
+        if self._heartbeat_interval_s:
+            self._spawn(self._heartbeat_loop(conn, self._heartbeat_interval_s))
+        self._state = "connected"
+        self._connected.set()
+
+    def _on_lost(self, conn: Connection, error: AmpsError) -> None:
+        if conn is not self._conn:
+            return
+        self._conn = None
+        self._connected.clear()
+        self._frames[0] += conn.frames_sent
+        self._frames[1] += conn.frames_received
+        self._fail_pending(error)
+        # Unsent plain acks die with the stream; the instance returns unacked leases (§7.2, Q6).
+        self._acks.take_all()
+        for sub in self._subs.values():
+            if sub.is_bookmark or sub.is_queue:
+                sub.discard_buffered()
+        if self._state == "closed":
+            return
+        if isinstance(error, NameInUse) or not self._reconnect:
+            self._fail(error)
+            return
+        self._state = "reconnecting"
+        self._counts["reconnects"] += 1
+        self._spawn(self._reconnect_loop())
+
+    async def _reconnect_loop(self) -> None:
+        try:
+            await self._connect_loop(None)
+        except AmpsError as error:
+            if self._state != "closed":
+                self._fail(error)
+
+    async def wait_connected(self, timeout_s: float | None = None) -> None:
+        """Wait until logged on (after connect or a reconnect); raise if the client failed."""
+        async with asyncio.timeout(timeout_s):
+            while self._conn is None:
+                self._check_open()
+                await self._connected.wait()
+
+    async def _heartbeat_loop(self, conn: Connection, interval_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        conn.send(commands.heartbeat_command(f"start,{max(1, round(interval_s))}"))
+        interval_ms = int(interval_s * 1000)
+        seen = conn.frames_received
+        seen_ms = int(loop.time() * 1000)
+        while conn.lost is None:
+            await asyncio.sleep(interval_s)
+            now_ms = int(loop.time() * 1000)
+            if conn.frames_received != seen:
+                seen, seen_ms = conn.frames_received, now_ms
+            elif is_link_dead(seen_ms, now_ms, interval_ms):
+                conn.break_link(ConnectionBroken(f"{conn.target}: silent for 2 heartbeats"))
+                return
+            conn.send(commands.heartbeat_command("beat"))
+
+    # --- Publishing ----------------------------------------------------------------------------
+
+    async def publish(self, topic: str, data: bytes | str, *, seq: int | None = None) -> int:
+        """Buffer one publish (persisted later, see `flush`); return its sequence number."""
+        store = self._store
+        while not store.has_room():
+            self._check_usable()
+            self._room.clear()
+            await self._room.wait()
+        self._check_usable()
+        payload = data.encode() if isinstance(data, str) else data
+        entry = store.add(topic, payload, seq)
+        self._counts["published"] += 1
+        conn = self._conn
+        # While disconnected the store alone holds it; the next logon republishes it.
+        if conn is not None:
+            self._sent_seq = entry.seq
+            if conn.send(commands.publish_command(entry)) % 256 == 0:
+                # Let the writer run even when the caller never awaits anything else.
+                await asyncio.sleep(0)
+        return entry.seq
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until everything published so far is persisted; raise the first rejection."""
+        self._check_usable()
+        target = self._store.last_seq
+        if self._conn is not None:
+            self._conn.send(commands.flush_command(self._cmd_id()))
+        if not self._store.is_persisted_through(target):
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._flush_waiters, (target, next(self._cmd_ids), future))
+            async with asyncio.timeout(timeout_s):
+                await future
+        if self._failures:
+            first = self._failures[0]
+            self._failures.clear()
+            raise first.error
+
+    async def ping(self, timeout_s: float | None = 10.0) -> float:
+        """One round trip to the instance (a flush command); return it in milliseconds."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        async with asyncio.timeout(timeout_s):
+            await self._request(commands.flush_command(self._cmd_id()))
+        return (loop.time() - start) * 1000.0
+
+    def _on_persisted(self, ack: client_pb2.Ack) -> None:
+        if ack.status == "success":
+            self._counts["persisted"] += self._store.on_persisted(ack.seq)
+            self._on_store_released()
+            return
+        entry = self._store.on_rejected(ack.seq)
+        if entry is None:
+            return
+        failure = PublishFailure(entry.seq, entry.topic, error_for_code(ack.error_code, ack.reason))
+        self._counts["rejected"] += 1
+        self._failures.append(failure)
+        if self._publish_failed_callback is not None:
+            self._publish_failed_callback(failure)
+        self._on_store_released()
+
+    def _on_store_released(self) -> None:
+        waiters = self._flush_waiters
+        while waiters and self._store.is_persisted_through(waiters[0][0]):
+            future = heapq.heappop(waiters)[2]
+            if not future.done():
+                future.set_result(None)
+        if self._store.has_room():
+            self._room.set()
+
+    # --- Subscribing ---------------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        topic: str,
+        *,
+        bookmark: str | None = None,
+        filter: str | None = None,
+        max_backlog: int | None = None,
+        sub_id: str | None = None,
+        options: str = "",
+    ) -> Subscription:
+        """Subscribe (live, bookmark replay, or queue) and return the message iterator."""
+        self._check_usable()
+        sub_id = sub_id or f"{self.name}-sub-{next(self._sub_ids)}"
+        sub = Subscription(
+            self,
+            sub_id=sub_id,
+            topic=topic,
+            filter=filter or "",
+            bookmark=bookmark,
+            options=options,
+            max_backlog=max_backlog,
+            auto_ack=self._auto_ack,
+        )
+        self._subs[sub_id] = sub
+        try:
+            ack = await self._request(self._subscribe_command(self._cmd_id(), sub, bookmark))
+        except BaseException:
+            self._subs.pop(sub_id, None)
+            raise
+        if ack.status != "success":
+            self._subs.pop(sub_id, None)
+            raise error_for_code(ack.error_code, ack.reason or "subscribe failed")
+        self._on_subscribed(sub, ack)
+        return sub
+
+    def _subscribe_command(
+        self, cmd_id: str, sub: Subscription, bookmark: str | None
+    ) -> client_pb2.Command:
+        return commands.subscribe_command(
+            cmd_id,
+            sub_id=sub.sub_id,
+            topic=sub.topic,
+            filter=sub.filter,
+            bookmark=bookmark,
+            options=sub.options,
+            max_backlog=sub.max_backlog,
+        )
+
+    def _on_subscribed(self, sub: Subscription, ack: client_pb2.Ack) -> None:
+        granted = parse_max_backlog(ack.options)
+        if granted is not None:
+            sub.granted_max_backlog = granted
+            sub.is_queue = True
+
+    async def unsubscribe(self, sub_id: str) -> None:
+        """Stop a subscription; its iterator ends after the messages already received."""
+        sub = self._subs.pop(sub_id, None)
+        if sub is None:
+            return
+        leftover = sub.take_auto_ack()
+        if leftover is not None:
+            await leftover.ack()
+        sub.end()
+        if self._conn is not None:
+            await self._request(commands.unsubscribe_command(self._cmd_id(), sub_id))
+
+    # --- Queue acks, sow -----------------------------------------------------------------------
+
+    async def ack_message(
+        self, message: Message, *, cancel: bool = False, expire: bool = False
+    ) -> None:
+        """Acknowledge one queue message: plain acks are batched per topic, cancel/expire not."""
+        self._check_open()
+        conn = self._conn
+        if conn is None:
+            # The lease died with the stream; the instance has returned the message (Q6).
+            return
+        if cancel or expire:
+            single = AckBatch(message.topic, (message.bookmark,))
+            conn.send(commands.queue_ack_command(single, "cancel" if cancel else "expire"))
+            self._counts["acks_sent"] += 1
+            return
+        sub = self._subs.get(message.sub_id)
+        size = ack_batch_size(self._ack_batch_size, sub.granted_max_backlog if sub else None)
+        batch = self._acks.add(message.topic, message.bookmark, size, self._now_ms())
+        if batch is not None:
+            conn.send(commands.queue_ack_command(batch))
+            self._counts["acks_sent"] += len(batch.bookmarks)
+        self._arm_ack_timer()
+
+    async def flush_acks(self) -> None:
+        """Send every pending queue ack now."""
+        self._send_ack_batches(self._acks.take_all())
+
+    def _send_ack_batches(self, batches: list[AckBatch]) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        for batch in batches:
+            conn.send(commands.queue_ack_command(batch))
+            self._counts["acks_sent"] += len(batch.bookmarks)
+
+    def _arm_ack_timer(self) -> None:
+        deadline_ms = self._acks.next_deadline_ms()
+        if deadline_ms is None or self._ack_timer is not None:
+            return
+        delay_s = max(0.0, (deadline_ms - self._now_ms()) / 1000.0)
+        self._ack_timer = asyncio.get_running_loop().call_later(delay_s, self._on_ack_timer)
+
+    def _on_ack_timer(self) -> None:
+        self._ack_timer = None
+        self._send_ack_batches(self._acks.take_due(self._now_ms()))
+        self._arm_ack_timer()
+
+    async def sow(self, topic: str, filter: str | None = None) -> list[Message]:
+        """Query the current contents of a SOW topic or queue (Q19)."""
+        self._check_usable()
+        cmd_id = self._cmd_id()
+        self._queries[cmd_id] = []
+        try:
+            ack = await self._request(commands.sow_command(cmd_id, topic, filter or ""))
+        finally:
+            results = self._queries.pop(cmd_id)
+        if ack.status != "success":
+            raise error_for_code(ack.error_code, ack.reason or "sow failed")
+        return results
+
+    async def sow_delete(
+        self,
+        topic: str,
+        *,
+        bookmark: str | None = None,
+        filter: str | None = None,
+        cancel: bool = False,
+        expire: bool = False,
+    ) -> int:
+        """Delete (or acknowledge queue messages) by bookmarks or filter; return how many."""
+        self._check_usable()
+        assert not (cancel and expire), "cancel or expire, not both"
+        options = "cancel" if cancel else "expire" if expire else ""
+        command = commands.sow_delete_command(
+            self._cmd_id(), topic, bookmark=bookmark or "", filter=filter or "", options=options
+        )
+        ack = await self._request(command)
+        if ack.status != "success":
+            raise error_for_code(ack.error_code, ack.reason or "sow_delete failed")
+        return ack.records_deleted
+
+    # --- Incoming messages ---------------------------------------------------------------------
+
+    def _on_message(self, message: client_pb2.ServerMessage) -> None:
+        kind = message.WhichOneof("body")
+        if kind == "delivery":
+            self._on_delivery(message.delivery)
+        elif kind == "ack":
+            self._on_ack(message.ack)
+        # GroupBegin/GroupEnd frame a sow result whose end the processed ack also marks, and any
+        # frame at all (heartbeats included) counts as a sign of life for the heartbeat check.
+
+    def _on_delivery(self, delivery: client_pb2.Delivery) -> None:
+        self._counts["delivered"] += 1
+        if delivery.query_id:
+            results = self._queries.get(delivery.query_id)
+            if results is not None:
+                results.append(self._to_message(delivery, ""))
+                return
+        for sub_id in delivery.sub_ids:
+            sub = self._subs.get(sub_id)
+            if sub is not None:
+                sub.deliver_nowait(self._to_message(delivery, sub_id))
+
+    def _to_message(self, delivery: client_pb2.Delivery, sub_id: str) -> Message:
+        return Message(
+            self,
+            topic=delivery.topic,
+            data=delivery.data,
+            bookmark=delivery.bookmark,
+            sub_id=sub_id,
+            txid=delivery.txid,
+            timestamp_us=delivery.timestamp_us,
+            lease_deadline_us=delivery.lease_deadline_us,
+            delivery_count=delivery.delivery_count,
+            is_queue=delivery.queue or delivery.lease_deadline_us > 0,
+        )
+
+    def _on_ack(self, ack: client_pb2.Ack) -> None:
+        if ack.ack_type == "persisted":
+            self._on_persisted(ack)
+        elif ack.ack_type == "completed":
+            sub = self._subs.get(ack.sub_id)
+            if sub is not None:
+                sub.mark_completed()
+        elif ack.cmd_id in self._resubscribing:
+            self._on_resubscribed(self._resubscribing.pop(ack.cmd_id), ack)
+        else:
+            future = self._pending.pop(ack.cmd_id, None)
+            if future is not None and not future.done():
+                future.set_result(ack)
+
+    def _on_resubscribed(self, sub_id: str, ack: client_pb2.Ack) -> None:
+        sub = self._subs.get(sub_id)
+        if sub is None:
+            return
+        if ack.status == "success":
+            self._on_subscribed(sub, ack)
+        else:
+            del self._subs[sub_id]
+            sub.end(error_for_code(ack.error_code, ack.reason or "resubscribe failed"))
+
+    # --- Closing, failing, statistics ----------------------------------------------------------
+
+    async def close(self) -> None:
+        """Send pending queue acks and close; later operations raise ConnectionClosed."""
+        if self._state == "closed":
+            return
+        for sub in self._subs.values():
+            leftover = sub.take_auto_ack()
+            if leftover is not None and self._conn is not None:
+                await leftover.ack()
+        self._send_ack_batches(self._acks.take_all())
+        self._state = "closed"
+        conn, self._conn = self._conn, None
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._end_everything(ConnectionClosed("the client was closed"), end_subscriptions=True)
+        if conn is not None:
+            self._frames[0] += conn.frames_sent
+            self._frames[1] += conn.frames_received
+            await conn.close()
+
+    def _fail(self, error: AmpsError) -> None:
+        """A non-retriable loss (NameInUse, logon refused, reconnect off): stop and surface it."""
+        if self._state in ("failed", "closed"):
+            return
+        self._state = "failed"
+        self._fatal = error
+        self._end_everything(error, end_subscriptions=True)
+
+    def _end_everything(self, error: AmpsError, *, end_subscriptions: bool) -> None:
+        self._connected.set()
+        self._room.set()
+        self._fail_pending(error)
+        for _, _, future in self._flush_waiters:
+            if not future.done():
+                future.set_exception(error)
+        self._flush_waiters.clear()
+        if end_subscriptions:
+            for sub in self._subs.values():
+                sub.end(None if isinstance(error, ConnectionClosed) else error)
+
+    def _fail_pending(self, error: AmpsError) -> None:
+        pending, self._pending = self._pending, {}
+        self._resubscribing.clear()
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def statistics(self) -> ClientStatistics:
+        """A snapshot of the client's counters and its publish store."""
+        conn = self._conn
+        live = (conn.frames_sent, conn.frames_received) if conn is not None else (0, 0)
+        return ClientStatistics(
+            frames_sent=self._frames[0] + live[0],
+            frames_received=self._frames[1] + live[1],
+            unpersisted_count=len(self._store),
+            unpersisted_bytes=self._store.size_bytes,
+            last_seq=self._store.last_seq,
+            persisted_seq=self._store.persisted_seq,
+            connected_server=conn.target if conn is not None else None,
+            **self._counts,
+        )
+
+    # --- Helpers -------------------------------------------------------------------------------
+
+    async def _request(self, command: client_pb2.Command) -> client_pb2.Ack:
+        """Send a command that requests a processed ack (waiting through a reconnect)."""
+        await self.wait_connected()
+        conn = self._conn
+        assert conn is not None
+        future: asyncio.Future[client_pb2.Ack] = asyncio.get_running_loop().create_future()
+        self._pending[command.cmd_id] = future
+        conn.send(command)
+        try:
+            return await future
+        finally:
+            self._pending.pop(command.cmd_id, None)
+
+    def _check_open(self) -> None:
+        if self._state == "closed":
+            raise ConnectionClosed("the client was closed")
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _check_usable(self) -> None:
+        self._check_open()
+        if self._state == "new":
+            raise ConnectionBroken("not connected: call connect() first")
+
+    def _cmd_id(self) -> str:
+        return str(next(self._cmd_ids))
+
+    def _now_ms(self) -> int:
+        return int(asyncio.get_running_loop().time() * 1000)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+__all__ = ["Client", "ClientStatistics", "Message", "PublishFailure", "Subscription"]

@@ -1,0 +1,228 @@
+"""One gRPC stream to one instance: batched writes, a reader loop, and the logon handshake.
+
+Commands are queued with `send()` and written as one `ClientFrame` when the batch holds
+`max_frame_commands` commands or `flush_interval_s` after the first one was queued, so a lone
+message is not held back and a burst travels in few frames (throughput comes from batching).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
+import grpc.aio  # type: ignore[import-untyped]  # grpcio ships no type information
+
+from amps.errors import AmpsError, ConnectionBroken, NameInUse, error_for_code
+from amps.v1 import client_pb2, client_pb2_grpc
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# A frame stays well under the gRPC message limit even with large payloads.
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+
+MessageHandler = Callable[[client_pb2.ServerMessage], None]
+LostHandler = Callable[["Connection", AmpsError], None]
+
+
+def broken_error(error: BaseException) -> AmpsError:
+    """Name what happened to a stream: NameInUse when replaced (L6), else ConnectionBroken."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        details = error.details() or ""
+        if error.code() == grpc.StatusCode.ABORTED and "name in use" in details:
+            return NameInUse(f"the client name was taken by another connection: {details}")
+        return ConnectionBroken(f"{error.code().name}: {details}")
+    if isinstance(error, AmpsError):
+        return error
+    return ConnectionBroken(f"{type(error).__name__}: {error}")
+
+
+class Connection:
+    """A logged-on stream; `on_message` sees every server message, `on_lost` fires once."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        flush_interval_s: float,
+        max_frame_commands: int,
+        on_message: MessageHandler,
+        on_lost: LostHandler,
+    ) -> None:
+        self.target = target
+        self._flush_interval_s = flush_interval_s
+        self.max_frame_commands = max_frame_commands
+        self._on_message = on_message
+        self._on_lost = on_lost
+        self._channel: grpc.aio.Channel | None = None
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._outbox: list[client_pb2.Command] = []
+        self._wake = asyncio.Event()
+        self._full = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.lost: AmpsError | None = None
+        self._closing = False
+        self.frames_sent = 0
+        self.frames_received = 0
+
+    async def open(self, logon: client_pb2.Command, timeout_s: float) -> client_pb2.Ack:
+        """Open the stream, log on, and return the logon ack (raising its error on failure)."""
+        self._channel = grpc.aio.insecure_channel(
+            self.target,
+            options=[
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
+        stub = client_pb2_grpc.AmpsStub(self._channel)  # type: ignore[no-untyped-call]
+        self._call = stub.Connect()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._call.write(client_pb2.ClientFrame(commands=[logon]))
+                ack = await self._read_logon_ack(logon.cmd_id)
+        except BaseException as error:
+            await self._close_channel()
+            if isinstance(error, TimeoutError):
+                raise ConnectionBroken(f"{self.target}: no logon ack in {timeout_s} s") from None
+            if isinstance(error, grpc.aio.AioRpcError):
+                raise broken_error(error) from None
+            raise
+        if ack.status != "success":
+            await self._close_channel()
+            raise error_for_code(ack.error_code, ack.reason or "logon failed")
+        return ack
+
+    async def _read_logon_ack(self, cmd_id: str) -> client_pb2.Ack:
+        # Messages ahead of the logon ack (there should be none) are handed on, not dropped.
+        assert self._call is not None
+        while True:
+            frame = await self._call.read()
+            if frame is grpc.aio.EOF:
+                raise ConnectionBroken(f"{self.target}: stream ended before the logon ack")
+            self.frames_received += 1
+            messages: list[client_pb2.ServerMessage] = list(frame.messages)
+            for message in messages:
+                if message.WhichOneof("body") == "ack" and message.ack.cmd_id == cmd_id:
+                    return message.ack
+                self._on_message(message)
+
+    def start(self) -> None:
+        """Start the writer and reader once logged on."""
+        self._tasks = [
+            asyncio.create_task(self._write_loop(), name=f"amps-write-{self.target}"),
+            asyncio.create_task(self._read_loop(), name=f"amps-read-{self.target}"),
+        ]
+
+    def send(self, command: client_pb2.Command) -> int:
+        """Queue one command for the next frame; return how many commands are queued."""
+        outbox = self._outbox
+        outbox.append(command)
+        count = len(outbox)
+        if count == 1:
+            self._wake.set()
+        if count >= self.max_frame_commands:
+            self._full.set()
+        return count
+
+    async def _write_loop(self) -> None:
+        assert self._call is not None
+        try:
+            while not (self._closing and not self._outbox):
+                if not self._outbox:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                if len(self._outbox) < self.max_frame_commands and self._flush_interval_s > 0:
+                    self._full.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self._flush_interval_s):
+                            await self._full.wait()
+                batch, self._outbox = self._outbox, []
+                for frame in _frames(batch, self.max_frame_commands):
+                    await self._call.write(frame)
+                    self.frames_sent += 1
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            self._lose(broken_error(error))
+
+    async def _read_loop(self) -> None:
+        assert self._call is not None
+        try:
+            while True:
+                frame = await self._call.read()
+                if frame is grpc.aio.EOF:
+                    # A clean end can still carry ABORTED "name in use" (L6).
+                    code = await self._call.code()
+                    details = await self._call.details()
+                    if code == grpc.StatusCode.ABORTED and "name in use" in (details or ""):
+                        raise NameInUse(
+                            f"the client name was taken by another connection: {details}"
+                        )
+                    raise ConnectionBroken(f"{self.target}: stream ended ({code.name})")
+                self.frames_received += 1
+                for message in frame.messages:
+                    self._on_message(message)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            self._lose(broken_error(error))
+
+    def break_link(self, error: AmpsError) -> None:
+        """Declare the stream dead from outside (heartbeat silence)."""
+        self._lose(error)
+
+    def _lose(self, error: AmpsError) -> None:
+        if self.lost is not None:
+            return
+        self.lost = error
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        asyncio.get_running_loop().create_task(self._close_channel())
+        self._on_lost(self, error)
+
+    async def close(self, grace_s: float = 1.0) -> None:
+        """Write what is queued, half-close the stream, give the instance `grace_s` to end it."""
+        if self.lost is None and self._tasks:
+            writer, reader = self._tasks
+            self._closing = True
+            self._wake.set()
+            self._full.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(writer), grace_s)
+            if self.lost is None and self._call is not None:
+                with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError):
+                    await self._call.done_writing()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(reader), grace_s)
+        self.lost = self.lost or ConnectionBroken("closed")
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._close_channel()
+
+    async def _close_channel(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close(grace=None)
+
+
+def _frames(
+    commands: list[client_pb2.Command], max_frame_commands: int
+) -> list[client_pb2.ClientFrame]:
+    """Split queued commands into frames bounded by count and approximate payload bytes."""
+    frames: list[client_pb2.ClientFrame] = []
+    start = 0
+    size_bytes = 0
+    for index, command in enumerate(commands):
+        size_bytes += len(command.publish.data) + 64
+        if index + 1 - start >= max_frame_commands or size_bytes >= MAX_FRAME_BYTES:
+            frames.append(client_pb2.ClientFrame(commands=commands[start : index + 1]))
+            start = index + 1
+            size_bytes = 0
+    if start < len(commands):
+        frames.append(client_pb2.ClientFrame(commands=commands[start:]))
+    return frames

@@ -1,0 +1,227 @@
+"""What the application sees: messages, subscriptions as async iterators, statistics snapshots."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from amps.errors import AmpsError
+
+if TYPE_CHECKING:
+    from amps.client.aio import Client
+
+
+class Message:
+    """One delivered message; `ack()` acknowledges a queue message (no-op for other messages)."""
+
+    __slots__ = (
+        "_client",
+        "acked",
+        "bookmark",
+        "data",
+        "delivery_count",
+        "is_queue",
+        "lease_deadline_us",
+        "sub_id",
+        "timestamp_us",
+        "topic",
+        "txid",
+    )
+
+    def __init__(
+        self,
+        client: Client | None,
+        *,
+        topic: str,
+        data: bytes,
+        bookmark: str = "",
+        sub_id: str = "",
+        txid: int = 0,
+        timestamp_us: int = 0,
+        lease_deadline_us: int = 0,
+        delivery_count: int = 0,
+        is_queue: bool = False,
+    ) -> None:
+        self._client = client
+        self.topic = topic
+        self.data = data
+        self.bookmark = bookmark
+        self.sub_id = sub_id
+        self.txid = txid
+        self.timestamp_us = timestamp_us
+        self.lease_deadline_us = lease_deadline_us
+        self.delivery_count = delivery_count
+        self.is_queue = is_queue
+        self.acked = False
+
+    def json(self) -> Any:
+        """The payload parsed as JSON."""
+        return orjson.loads(self.data)
+
+    def text(self) -> str:
+        """The payload decoded as UTF-8 (undecodable bytes replaced)."""
+        return self.data.decode("utf-8", errors="replace")
+
+    async def ack(self, *, cancel: bool = False, expire: bool = False) -> None:
+        """Acknowledge a queue message (Q10); `cancel` returns it (Q11), `expire` ends it (Q12)."""
+        if not self.is_queue or self.acked or self._client is None:
+            return
+        self.acked = True
+        await self._client.ack_message(self, cancel=cancel, expire=expire)
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic!r}, bookmark={self.bookmark!r}, {len(self.data)} bytes)"
+
+
+_END = object()
+
+
+class Subscription:
+    """Async iterator of the messages of one subscription; ends after `unsubscribe()`/`close()`."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        sub_id: str,
+        topic: str,
+        filter: str,
+        bookmark: str | None,
+        options: str,
+        max_backlog: int | None,
+        auto_ack: bool,
+    ) -> None:
+        self._client = client
+        self.sub_id = sub_id
+        self.topic = topic
+        self.filter = filter
+        self.bookmark = bookmark
+        self.options = options
+        self.max_backlog = max_backlog
+        self.auto_ack = auto_ack
+        # Filled from the subscribe ack: the backlog the instance granted for a queue (Q8).
+        self.granted_max_backlog: int | None = None
+        self.is_queue = False
+        # Bookmark of the last message handed to the application: where a replay resumes.
+        self.last_bookmark: str | None = None
+        self._buffer: deque[Message | object] = deque()
+        self._ready = asyncio.Event()
+        self._completed = asyncio.Event()
+        self._error: AmpsError | None = None
+        self._ended = False
+        self._previous: Message | None = None
+
+    @property
+    def is_bookmark(self) -> bool:
+        """A replay subscription (L7): resumed after the last delivered bookmark on reconnect."""
+        return bool(self.bookmark)
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        if self._previous is not None:
+            previous, self._previous = self._previous, None
+            await previous.ack()
+        while not self._buffer:
+            if self._ended:
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            self._ready.clear()
+            await self._ready.wait()
+        item = self._buffer.popleft()
+        if item is _END:
+            self._ended = True
+            return await self.__anext__()
+        assert isinstance(item, Message)
+        if item.bookmark and not item.is_queue:
+            self.last_bookmark = item.bookmark
+        if self.auto_ack and item.is_queue:
+            self._previous = item
+        return item
+
+    async def get(self, timeout_s: float | None = None) -> Message | None:
+        """The next message, or None when none arrives within `timeout_s` or the stream ended."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self.__anext__()
+        except (StopAsyncIteration, TimeoutError):
+            return None
+
+    async def wait_completed(self, timeout_s: float | None = None) -> None:
+        """Wait for the `completed` ack: a bookmark replay has caught up with live messages."""
+        async with asyncio.timeout(timeout_s):
+            await self._completed.wait()
+
+    @property
+    def completed(self) -> bool:
+        """True once the replay has caught up with live messages."""
+        return self._completed.is_set()
+
+    async def unsubscribe(self) -> None:
+        """Stop this subscription; the iterator ends after the buffered messages."""
+        await self._client.unsubscribe(self.sub_id)
+
+    # --- Called by the client ------------------------------------------------------------------
+
+    def deliver_nowait(self, message: Message) -> None:
+        """Buffer one delivery for the application."""
+        self._buffer.append(message)
+        self._ready.set()
+
+    def mark_completed(self) -> None:
+        """The instance sent the `completed` ack."""
+        self._completed.set()
+
+    def discard_buffered(self) -> int:
+        """Drop undelivered messages the instance will send again (replay or returned leases)."""
+        kept = [item for item in self._buffer if item is _END]
+        dropped = len(self._buffer) - len(kept)
+        self._buffer = deque(kept)
+        return dropped
+
+    def end(self, error: AmpsError | None = None) -> None:
+        """No more messages will come; raise `error` in the iterator after the buffer drains."""
+        if self._error is None:
+            self._error = error
+        self._buffer.append(_END)
+        self._ready.set()
+
+    def take_auto_ack(self) -> Message | None:
+        """The message still awaiting its auto-ack (the iterator was not advanced again)."""
+        previous, self._previous = self._previous, None
+        return previous
+
+
+@dataclass(frozen=True, slots=True)
+class PublishFailure:
+    """A publish the instance refused: its sequence number, topic and the rebuilt error."""
+
+    seq: int
+    topic: str
+    error: AmpsError
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStatistics:
+    """Counters since the client was created, and gauges at the time of the call."""
+
+    published: int
+    persisted: int
+    republished: int
+    rejected: int
+    reconnects: int
+    delivered: int
+    acks_sent: int
+    frames_sent: int
+    frames_received: int
+    unpersisted_count: int
+    unpersisted_bytes: int
+    last_seq: int
+    persisted_seq: int
+    connected_server: str | None
