@@ -10,7 +10,8 @@ from amps.config import (
     ReplicationTransportConfig,
     load_config,
 )
-from tests.unit.config.helpers import LOG, document
+
+from .helpers import LOG, document
 
 FULL = """
 <AMPSConfig>

@@ -6,7 +6,8 @@ import pytest
 
 from amps.config import ConfigErrors, load_config
 from amps.errors import ConfigError, FilterSyntaxError
-from tests.unit.config.helpers import assert_error, document, errors_of, queue_document
+
+from .helpers import assert_error, document, errors_of, queue_document
 
 Q = "AMPSConfig/SOW/Queue[1]"
 JSON = "<MessageType>json</MessageType>"
