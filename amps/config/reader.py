@@ -77,11 +77,12 @@ class Reader:
             if (child.tail or "").strip():
                 self.error(path, (child.tail or "").strip(), "child elements only")
             if canonical not in single_names and canonical not in repeated_names:
-                self.error(child_path, None, "an element named one of " + ", ".join(allowed))
+                self.error(child_path, tag, "an element named one of " + ", ".join(allowed))
                 continue
             if canonical in single_names and canonical in result.found:
                 first = result.found[canonical][0][0]
-                self.error(child_path, None, f"at most one {canonical} (already given at {first})")
+                shown = (child.text or "").strip() if not len(child) else tag
+                self.error(child_path, shown, f"at most one {canonical} (already given at {first})")
                 continue
             result.found.setdefault(canonical, []).append((child_path, child))
         return result

@@ -68,56 +68,18 @@ def _parse_destination(
     if name is None and group is None and not fields.has("Name") and not fields.has("Group"):
         reader.error(f"{path}/Group", None, "a Group (or Name) for the destination")
     sync_type = reader.required(fields, "SyncType", choice("sync", "async"), "sync or async")
-    transports = []
-    for transport_path, transport_element in fields.many("Transport"):
-        transport_fields = reader.children(
-            transport_element,
-            transport_path,
-            single=("Type", "ReconnectTimeout"),
-            repeated=("InetAddr",),
-        )
-        reader.required(
-            transport_fields, "Type", choice("amps-replication"), "Type amps-replication"
-        )
-        addrs = []
-        for addr_path, addr_element in transport_fields.many("InetAddr"):
-            text = reader.text(addr_path, addr_element)
-            if text is not None:
-                try:
-                    addrs.append(parse_inet_addr(text))
-                except ValueError as problem:
-                    reader.error(addr_path, text, str(problem))
-        timeout_ms = reader.optional(
-            transport_fields, "ReconnectTimeout", duration(10**6, 10**6, "1ms")
-        )
-        transports.append(ReplicationTransportConfig("amps-replication", tuple(addrs), timeout_ms))
+    transports = [_parse_transport(reader, p, e) for p, e in fields.many("Transport")]
     if not transports:
         reader.error(f"{path}/Transport", None, "at least one Transport")
-    topics: list[ReplicationTopicConfig] = []
-    for topic_path, topic_element in fields.many("Topic"):
-        topic_fields = reader.children(
-            topic_element, topic_path, single=("Name", "MessageType", "Filter")
-        )
-        topic_name = reader.value(topic_fields, "Name", parse_topic_name, ".*")
-        message_type = reader.required(
-            topic_fields, "MessageType", parse_message_type, "a MessageType: json or binary"
-        )
-        # Replication filters are content filters, checked like a queue's Filter.
-        topic_filter = reader.expression(topic_fields, "Filter", "queue-filter")
-        if message_type is not None:
-            topic = ReplicationTopicConfig(
-                topic_name, cast(MessageType, message_type), topic_filter
-            )
-            topics.append(topic)
-            topics_out.append((reader.path_of(topic_fields, "Name"), topic))
-    if sync_type is None or (name is None and group is None):
-        return None
-    return DestinationConfig(
+    topics = [_parse_topic(reader, p, e) for p, e in fields.many("Topic")]
+    topics_out.extend((p, t) for p, t in topics if t is not None)
+    # Every element is read before giving up, so one run reports every mistake.
+    destination = DestinationConfig(
         name=name or group or "",
         group=group or name or "",
-        sync_type=cast(SyncType, sync_type),
+        sync_type=cast(SyncType, sync_type or "sync"),
         transports=tuple(transports),
-        topics=tuple(topics),
+        topics=tuple(t for _, t in topics if t is not None),
         pass_through=reader.optional(fields, "PassThrough", _parse_regex),
         resync_pass_through=reader.optional(fields, "ResyncPassThrough", _parse_regex),
         compression=reader.value(fields, "Compression", parse_enabled, False),
@@ -132,6 +94,42 @@ def _parse_destination(
             1_000,
         ),
     )
+    if sync_type is None or (name is None and group is None):
+        return None
+    return destination
+
+
+def _parse_transport(reader: Reader, path: str, element: Element) -> ReplicationTransportConfig:
+    fields = reader.children(
+        element, path, single=("Type", "ReconnectTimeout"), repeated=("InetAddr",)
+    )
+    reader.required(fields, "Type", choice("amps-replication"), "Type amps-replication")
+    addrs = []
+    for addr_path, addr_element in fields.many("InetAddr"):
+        text = reader.text(addr_path, addr_element)
+        if text is not None:
+            try:
+                addrs.append(parse_inet_addr(text))
+            except ValueError as problem:
+                reader.error(addr_path, text, str(problem))
+    timeout_ms = reader.optional(fields, "ReconnectTimeout", duration(10**6, 10**6, "1ms"))
+    return ReplicationTransportConfig("amps-replication", tuple(addrs), timeout_ms)
+
+
+def _parse_topic(
+    reader: Reader, path: str, element: Element
+) -> tuple[str, ReplicationTopicConfig | None]:
+    fields = reader.children(element, path, single=("Name", "MessageType", "Filter"))
+    name = reader.value(fields, "Name", parse_topic_name, ".*")
+    message_type = reader.required(
+        fields, "MessageType", parse_message_type, "a MessageType: json or binary"
+    )
+    # Replication filters are content filters, checked like a queue's Filter.
+    topic_filter = reader.expression(fields, "Filter", "queue-filter")
+    name_path = reader.path_of(fields, "Name")
+    if message_type is None:
+        return name_path, None
+    return name_path, ReplicationTopicConfig(name, cast(MessageType, message_type), topic_filter)
 
 
 def check_replication_against_log(
