@@ -9,7 +9,6 @@ numbers and re-enters the subscriptions (D3, §7.3).
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 from collections.abc import Callable, Coroutine, Sequence
 from random import Random
@@ -17,19 +16,12 @@ from types import TracebackType
 from typing import Any, Literal
 
 from amps.client import commands
+from amps.client.acks import QueueAcker
 from amps.client.connection import Connection
 from amps.client.message import ClientStatistics, Message, PublishFailure, Subscription
-from amps.client.policy import (
-    AckBatch,
-    AckBatcher,
-    ExponentialBackoff,
-    PublishStore,
-    ServerRotation,
-    ack_batch_size,
-    is_link_dead,
-    parse_max_backlog,
-    parse_servers,
-)
+from amps.client.policy import ExponentialBackoff, PublishStore, ServerRotation, parse_servers
+from amps.client.publisher import Publisher
+from amps.client.subscriptions import SubscriptionRegistry, subscribe_command
 from amps.errors import AmpsError, ConnectionBroken, ConnectionClosed, NameInUse, error_for_code
 from amps.v1 import client_pb2
 
@@ -66,15 +58,14 @@ class Client:
         self._flush_interval_s = flush_interval_ms / 1000.0
         self._max_frame_commands = max_frame_commands
         self._reconnect = reconnect
-        self._ack_batch_size = ack_batch_size
         self._auto_ack = auto_ack
         self._heartbeat_interval_s = heartbeat_interval_s
         self._logon_timeout_s = logon_timeout_s
-        self._publish_failed_callback = publish_failed_callback
-        self._store = PublishStore(
+        store = PublishStore(
             max_messages=publish_store_max_messages, max_bytes=publish_store_max_bytes
         )
-        self._acks = AckBatcher(timeout_ms=ack_timeout_ms)
+        self._publisher = Publisher(store, publish_failed_callback)
+        self._acks = QueueAcker(batch_size=ack_batch_size, timeout_ms=ack_timeout_ms)
         self._backoff = ExponentialBackoff(
             random or Random(), max_delay_ms=int(max_reconnect_delay_s * 1000)
         )
@@ -83,24 +74,13 @@ class Client:
         self._fatal: AmpsError | None = None
         self._conn: Connection | None = None
         self._connected = asyncio.Event()
-        self._room = asyncio.Event()
         self._cmd_ids = itertools.count(1)
         self._sub_ids = itertools.count(1)
         self._pending: dict[str, asyncio.Future[client_pb2.Ack]] = {}
-        self._resubscribing: dict[str, str] = {}
-        self._subs: dict[str, Subscription] = {}
-        self._queries: dict[str, list[Message]] = {}
-        self._flush_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._failures: list[PublishFailure] = []
+        self._subs = SubscriptionRegistry(self)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._ack_timer: asyncio.TimerHandle | None = None
-        self._counts = dict.fromkeys(
-            ("published", "persisted", "republished", "rejected", "reconnects", "delivered"), 0
-        )
-        self._counts["acks_sent"] = 0
+        self._reconnect_count = 0
         self._frames = [0, 0]
-        # Highest seq handed to a stream: entries at or below it count as republished.
-        self._sent_seq = 0
 
     # --- Connecting ----------------------------------------------------------------------------
 
@@ -164,19 +144,12 @@ class Client:
 
     def _on_logged_on(self, conn: Connection, ack: client_pb2.Ack) -> None:
         self._conn = conn
-        for entry in self._store.on_logon(ack.seq):
-            conn.send(commands.publish_command(entry))
-            if entry.seq <= self._sent_seq:
-                self._counts["republished"] += 1
-        self._on_store_released()
-        for sub in self._subs.values():
-            cmd_id = self._cmd_id()
-            self._resubscribing[cmd_id] = sub.sub_id
-            resume = sub.last_bookmark if sub.is_bookmark and sub.last_bookmark else sub.bookmark
-            conn.send(self._subscribe_command(cmd_id, sub, resume))
+        self._publisher.on_logon(conn, ack.seq)
+        for command in self._subs.resubscribe_commands(self._cmd_id):
+            conn.send(command)
         conn.start()
         if self._heartbeat_interval_s:
-            self._spawn(self._heartbeat_loop(conn, self._heartbeat_interval_s))
+            self._spawn(conn.run_heartbeat(self._heartbeat_interval_s))
         self._state = "connected"
         self._connected.set()
 
@@ -189,17 +162,15 @@ class Client:
         self._frames[1] += conn.frames_received
         self._fail_pending(error)
         # Unsent plain acks die with the stream; the instance returns unacked leases (§7.2, Q6).
-        self._acks.take_all()
-        for sub in self._subs.values():
-            if sub.is_bookmark or sub.is_queue:
-                sub.discard_buffered()
+        self._acks.drop()
+        self._subs.on_connection_lost()
         if self._state == "closed":
             return
         if isinstance(error, NameInUse) or not self._reconnect:
             self._fail(error)
             return
         self._state = "reconnecting"
-        self._counts["reconnects"] += 1
+        self._reconnect_count += 1
         self._spawn(self._reconnect_loop())
 
     async def _reconnect_loop(self) -> None:
@@ -216,59 +187,20 @@ class Client:
                 self._check_open()
                 await self._connected.wait()
 
-    async def _heartbeat_loop(self, conn: Connection, interval_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        conn.send(commands.heartbeat_command(f"start,{max(1, round(interval_s))}"))
-        interval_ms = int(interval_s * 1000)
-        seen = conn.frames_received
-        seen_ms = int(loop.time() * 1000)
-        while conn.lost is None:
-            await asyncio.sleep(interval_s)
-            now_ms = int(loop.time() * 1000)
-            if conn.frames_received != seen:
-                seen, seen_ms = conn.frames_received, now_ms
-            elif is_link_dead(seen_ms, now_ms, interval_ms):
-                conn.break_link(ConnectionBroken(f"{conn.target}: silent for 2 heartbeats"))
-                return
-            conn.send(commands.heartbeat_command("beat"))
-
     # --- Publishing ----------------------------------------------------------------------------
 
     async def publish(self, topic: str, data: bytes | str, *, seq: int | None = None) -> int:
         """Buffer one publish (persisted later, see `flush`); return its sequence number."""
-        store = self._store
-        while not store.has_room():
-            self._check_usable()
-            self._room.clear()
-            await self._room.wait()
+        await self._publisher.wait_room(self._check_usable)
         self._check_usable()
-        payload = data.encode() if isinstance(data, str) else data
-        entry = store.add(topic, payload, seq)
-        self._counts["published"] += 1
-        conn = self._conn
-        # While disconnected the store alone holds it; the next logon republishes it.
-        if conn is not None:
-            self._sent_seq = entry.seq
-            if conn.send(commands.publish_command(entry)) % 256 == 0:
-                # Let the writer run even when the caller never awaits anything else.
-                await asyncio.sleep(0)
-        return entry.seq
+        return await self._publisher.publish(self._conn, topic, data, seq)
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Wait until everything published so far is persisted; raise the first rejection."""
         self._check_usable()
-        target = self._store.last_seq
         if self._conn is not None:
             self._conn.send(commands.flush_command(self._cmd_id()))
-        if not self._store.is_persisted_through(target):
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._flush_waiters, (target, next(self._cmd_ids), future))
-            async with asyncio.timeout(timeout_s):
-                await future
-        if self._failures:
-            first = self._failures[0]
-            self._failures.clear()
-            raise first.error
+        await self._publisher.wait_persisted(timeout_s)
 
     async def ping(self, timeout_s: float | None = 10.0) -> float:
         """One round trip to the instance (a flush command); return it in milliseconds."""
@@ -277,30 +209,6 @@ class Client:
         async with asyncio.timeout(timeout_s):
             await self._request(commands.flush_command(self._cmd_id()))
         return (loop.time() - start) * 1000.0
-
-    def _on_persisted(self, ack: client_pb2.Ack) -> None:
-        if ack.status == "success":
-            self._counts["persisted"] += self._store.on_persisted(ack.seq)
-            self._on_store_released()
-            return
-        entry = self._store.on_rejected(ack.seq)
-        if entry is None:
-            return
-        failure = PublishFailure(entry.seq, entry.topic, error_for_code(ack.error_code, ack.reason))
-        self._counts["rejected"] += 1
-        self._failures.append(failure)
-        if self._publish_failed_callback is not None:
-            self._publish_failed_callback(failure)
-        self._on_store_released()
-
-    def _on_store_released(self) -> None:
-        waiters = self._flush_waiters
-        while waiters and self._store.is_persisted_through(waiters[0][0]):
-            future = heapq.heappop(waiters)[2]
-            if not future.done():
-                future.set_result(None)
-        if self._store.has_room():
-            self._room.set()
 
     # --- Subscribing ---------------------------------------------------------------------------
 
@@ -327,40 +235,21 @@ class Client:
             max_backlog=max_backlog,
             auto_ack=self._auto_ack,
         )
-        self._subs[sub_id] = sub
+        self._subs.add(sub)
         try:
-            ack = await self._request(self._subscribe_command(self._cmd_id(), sub, bookmark))
+            ack = await self._request(subscribe_command(self._cmd_id(), sub, bookmark))
         except BaseException:
-            self._subs.pop(sub_id, None)
+            self._subs.remove(sub_id)
             raise
         if ack.status != "success":
-            self._subs.pop(sub_id, None)
+            self._subs.remove(sub_id)
             raise error_for_code(ack.error_code, ack.reason or "subscribe failed")
-        self._on_subscribed(sub, ack)
+        self._subs.on_subscribed(sub, ack)
         return sub
-
-    def _subscribe_command(
-        self, cmd_id: str, sub: Subscription, bookmark: str | None
-    ) -> client_pb2.Command:
-        return commands.subscribe_command(
-            cmd_id,
-            sub_id=sub.sub_id,
-            topic=sub.topic,
-            filter=sub.filter,
-            bookmark=bookmark,
-            options=sub.options,
-            max_backlog=sub.max_backlog,
-        )
-
-    def _on_subscribed(self, sub: Subscription, ack: client_pb2.Ack) -> None:
-        granted = parse_max_backlog(ack.options)
-        if granted is not None:
-            sub.granted_max_backlog = granted
-            sub.is_queue = True
 
     async def unsubscribe(self, sub_id: str) -> None:
         """Stop a subscription; its iterator ends after the messages already received."""
-        sub = self._subs.pop(sub_id, None)
+        sub = self._subs.remove(sub_id)
         if sub is None:
             return
         leftover = sub.take_auto_ack()
@@ -377,56 +266,31 @@ class Client:
     ) -> None:
         """Acknowledge one queue message: plain acks are batched per topic, cancel/expire not."""
         self._check_open()
-        conn = self._conn
-        if conn is None:
+        if self._conn is None:
             # The lease died with the stream; the instance has returned the message (Q6).
             return
-        if cancel or expire:
-            single = AckBatch(message.topic, (message.bookmark,))
-            conn.send(commands.queue_ack_command(single, "cancel" if cancel else "expire"))
-            self._counts["acks_sent"] += 1
-            return
         sub = self._subs.get(message.sub_id)
-        size = ack_batch_size(self._ack_batch_size, sub.granted_max_backlog if sub else None)
-        batch = self._acks.add(message.topic, message.bookmark, size, self._now_ms())
-        if batch is not None:
-            conn.send(commands.queue_ack_command(batch))
-            self._counts["acks_sent"] += len(batch.bookmarks)
-        self._arm_ack_timer()
+        self._acks.ack(
+            self._conn,
+            message.topic,
+            message.bookmark,
+            granted_max_backlog=sub.granted_max_backlog if sub is not None else None,
+            option="cancel" if cancel else "expire" if expire else "",
+        )
 
     async def flush_acks(self) -> None:
         """Send every pending queue ack now."""
-        self._send_ack_batches(self._acks.take_all())
-
-    def _send_ack_batches(self, batches: list[AckBatch]) -> None:
-        conn = self._conn
-        if conn is None:
-            return
-        for batch in batches:
-            conn.send(commands.queue_ack_command(batch))
-            self._counts["acks_sent"] += len(batch.bookmarks)
-
-    def _arm_ack_timer(self) -> None:
-        deadline_ms = self._acks.next_deadline_ms()
-        if deadline_ms is None or self._ack_timer is not None:
-            return
-        delay_s = max(0.0, (deadline_ms - self._now_ms()) / 1000.0)
-        self._ack_timer = asyncio.get_running_loop().call_later(delay_s, self._on_ack_timer)
-
-    def _on_ack_timer(self) -> None:
-        self._ack_timer = None
-        self._send_ack_batches(self._acks.take_due(self._now_ms()))
-        self._arm_ack_timer()
+        self._acks.flush(self._conn)
 
     async def sow(self, topic: str, filter: str | None = None) -> list[Message]:
         """Query the current contents of a SOW topic or queue (Q19)."""
         self._check_usable()
         cmd_id = self._cmd_id()
-        self._queries[cmd_id] = []
+        self._subs.start_query(cmd_id)
         try:
             ack = await self._request(commands.sow_command(cmd_id, topic, filter or ""))
         finally:
-            results = self._queries.pop(cmd_id)
+            results = self._subs.finish_query(cmd_id)
         if ack.status != "success":
             raise error_for_code(ack.error_code, ack.reason or "sow failed")
         return results
@@ -457,61 +321,19 @@ class Client:
     def _on_message(self, message: client_pb2.ServerMessage) -> None:
         kind = message.WhichOneof("body")
         if kind == "delivery":
-            self._on_delivery(message.delivery)
+            self._subs.on_delivery(message.delivery)
         elif kind == "ack":
             self._on_ack(message.ack)
         # GroupBegin/GroupEnd frame a sow result whose end the processed ack also marks, and any
         # frame at all (heartbeats included) counts as a sign of life for the heartbeat check.
 
-    def _on_delivery(self, delivery: client_pb2.Delivery) -> None:
-        self._counts["delivered"] += 1
-        if delivery.query_id:
-            results = self._queries.get(delivery.query_id)
-            if results is not None:
-                results.append(self._to_message(delivery, ""))
-                return
-        for sub_id in delivery.sub_ids:
-            sub = self._subs.get(sub_id)
-            if sub is not None:
-                sub.deliver_nowait(self._to_message(delivery, sub_id))
-
-    def _to_message(self, delivery: client_pb2.Delivery, sub_id: str) -> Message:
-        return Message(
-            self,
-            topic=delivery.topic,
-            data=delivery.data,
-            bookmark=delivery.bookmark,
-            sub_id=sub_id,
-            txid=delivery.txid,
-            timestamp_us=delivery.timestamp_us,
-            lease_deadline_us=delivery.lease_deadline_us,
-            delivery_count=delivery.delivery_count,
-            is_queue=delivery.queue or delivery.lease_deadline_us > 0,
-        )
-
     def _on_ack(self, ack: client_pb2.Ack) -> None:
         if ack.ack_type == "persisted":
-            self._on_persisted(ack)
-        elif ack.ack_type == "completed":
-            sub = self._subs.get(ack.sub_id)
-            if sub is not None:
-                sub.mark_completed()
-        elif ack.cmd_id in self._resubscribing:
-            self._on_resubscribed(self._resubscribing.pop(ack.cmd_id), ack)
-        else:
+            self._publisher.on_persisted(ack)
+        elif not self._subs.on_ack(ack):
             future = self._pending.pop(ack.cmd_id, None)
             if future is not None and not future.done():
                 future.set_result(ack)
-
-    def _on_resubscribed(self, sub_id: str, ack: client_pb2.Ack) -> None:
-        sub = self._subs.get(sub_id)
-        if sub is None:
-            return
-        if ack.status == "success":
-            self._on_subscribed(sub, ack)
-        else:
-            del self._subs[sub_id]
-            sub.end(error_for_code(ack.error_code, ack.reason or "resubscribe failed"))
 
     # --- Closing, failing, statistics ----------------------------------------------------------
 
@@ -519,15 +341,14 @@ class Client:
         """Send pending queue acks and close; later operations raise ConnectionClosed."""
         if self._state == "closed":
             return
-        for sub in self._subs.values():
+        for sub in self._subs:
             leftover = sub.take_auto_ack()
             if leftover is not None and self._conn is not None:
                 await leftover.ack()
-        self._send_ack_batches(self._acks.take_all())
+        self._acks.flush(self._conn)
+        self._acks.cancel_timer()
         self._state = "closed"
         conn, self._conn = self._conn, None
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -548,19 +369,13 @@ class Client:
 
     def _end_everything(self, error: AmpsError, *, end_subscriptions: bool) -> None:
         self._connected.set()
-        self._room.set()
         self._fail_pending(error)
-        for _, _, future in self._flush_waiters:
-            if not future.done():
-                future.set_exception(error)
-        self._flush_waiters.clear()
+        self._publisher.fail(error)
         if end_subscriptions:
-            for sub in self._subs.values():
-                sub.end(None if isinstance(error, ConnectionClosed) else error)
+            self._subs.end_all(None if isinstance(error, ConnectionClosed) else error)
 
     def _fail_pending(self, error: AmpsError) -> None:
         pending, self._pending = self._pending, {}
-        self._resubscribing.clear()
         for future in pending.values():
             if not future.done():
                 future.set_exception(error)
@@ -568,16 +383,23 @@ class Client:
     def statistics(self) -> ClientStatistics:
         """A snapshot of the client's counters and its publish store."""
         conn = self._conn
+        publisher = self._publisher
         live = (conn.frames_sent, conn.frames_received) if conn is not None else (0, 0)
         return ClientStatistics(
             frames_sent=self._frames[0] + live[0],
             frames_received=self._frames[1] + live[1],
-            unpersisted_count=len(self._store),
-            unpersisted_bytes=self._store.size_bytes,
-            last_seq=self._store.last_seq,
-            persisted_seq=self._store.persisted_seq,
+            published=publisher.published_count,
+            persisted=publisher.persisted_count,
+            republished=publisher.republished_count,
+            rejected=publisher.rejected_count,
+            reconnects=self._reconnect_count,
+            unpersisted_count=len(publisher.store),
+            unpersisted_bytes=publisher.store.size_bytes,
+            last_seq=publisher.store.last_seq,
+            persisted_seq=publisher.store.persisted_seq,
             connected_server=conn.target if conn is not None else None,
-            **self._counts,
+            delivered=self._subs.delivered_count,
+            acks_sent=self._acks.sent_count,
         )
 
     # --- Helpers -------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 import grpc.aio  # type: ignore[import-untyped]  # grpcio ships no type information
 
+from amps.client import commands
+from amps.client.policy import is_link_dead
 from amps.errors import AmpsError, ConnectionBroken, NameInUse, error_for_code
 from amps.v1 import client_pb2, client_pb2_grpc
 
@@ -167,6 +169,23 @@ class Connection:
             raise
         except BaseException as error:
             self._lose(broken_error(error))
+
+    async def run_heartbeat(self, interval_s: float) -> None:
+        """Ask for heartbeats, send ours, and break the link after 2 silent intervals (§7.3)."""
+        loop = asyncio.get_running_loop()
+        self.send(commands.heartbeat_command(f"start,{max(1, round(interval_s))}"))
+        interval_ms = int(interval_s * 1000)
+        seen = self.frames_received
+        seen_ms = int(loop.time() * 1000)
+        while self.lost is None:
+            await asyncio.sleep(interval_s)
+            now_ms = int(loop.time() * 1000)
+            if self.frames_received != seen:
+                seen, seen_ms = self.frames_received, now_ms
+            elif is_link_dead(seen_ms, now_ms, interval_ms):
+                self._lose(ConnectionBroken(f"{self.target}: silent for 2 heartbeat intervals"))
+                return
+            self.send(commands.heartbeat_command("beat"))
 
     def break_link(self, error: AmpsError) -> None:
         """Declare the stream dead from outside (heartbeat silence)."""

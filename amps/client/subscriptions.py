@@ -1,0 +1,137 @@
+"""The client's subscriptions and sow queries: routing deliveries and re-entering after logon."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from amps.client import commands
+from amps.client.message import Message, Subscription
+from amps.client.policy import parse_max_backlog
+from amps.errors import AmpsError, error_for_code
+from amps.v1 import client_pb2
+
+if TYPE_CHECKING:
+    from amps.client.aio import Client
+
+
+def subscribe_command(cmd_id: str, sub: Subscription, bookmark: str | None) -> client_pb2.Command:
+    """The subscribe command for `sub`, starting at `bookmark`."""
+    return commands.subscribe_command(
+        cmd_id,
+        sub_id=sub.sub_id,
+        topic=sub.topic,
+        filter=sub.filter,
+        bookmark=bookmark,
+        options=sub.options,
+        max_backlog=sub.max_backlog,
+    )
+
+
+class SubscriptionRegistry:
+    """Subscriptions by sub_id, sow queries by query_id, and re-subscribes awaiting their ack."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._subs: dict[str, Subscription] = {}
+        self._resubscribing: dict[str, str] = {}
+        self._queries: dict[str, list[Message]] = {}
+        self.delivered_count = 0
+
+    def __iter__(self) -> Iterator[Subscription]:
+        return iter(self._subs.values())
+
+    def get(self, sub_id: str) -> Subscription | None:
+        """The subscription with this id, if any."""
+        return self._subs.get(sub_id)
+
+    def add(self, sub: Subscription) -> None:
+        """Register before the subscribe is sent, so no early delivery is lost."""
+        self._subs[sub.sub_id] = sub
+
+    def remove(self, sub_id: str) -> Subscription | None:
+        """Forget a subscription; later deliveries for it are dropped."""
+        return self._subs.pop(sub_id, None)
+
+    def on_subscribed(self, sub: Subscription, ack: client_pb2.Ack) -> None:
+        """Record what the subscribe ack granted: a max_backlog means a queue subscription (Q8)."""
+        granted = parse_max_backlog(ack.options)
+        if granted is not None:
+            sub.granted_max_backlog = granted
+            sub.is_queue = True
+
+    def resubscribe_commands(self, next_cmd_id: Callable[[], str]) -> list[client_pb2.Command]:
+        """After a logon: bookmark subscriptions resume after the last bookmark the application
+        received, live ones start from now, queue ones are new subscriptions (§7.3)."""
+        result = []
+        for sub in self._subs.values():
+            cmd_id = next_cmd_id()
+            self._resubscribing[cmd_id] = sub.sub_id
+            resume = sub.last_bookmark if sub.is_bookmark and sub.last_bookmark else sub.bookmark
+            result.append(subscribe_command(cmd_id, sub, resume))
+        return result
+
+    def on_ack(self, ack: client_pb2.Ack) -> bool:
+        """Handle a completed ack or a re-subscribe ack; False when the ack is not ours."""
+        if ack.ack_type == "completed":
+            sub = self._subs.get(ack.sub_id)
+            if sub is not None:
+                sub.mark_completed()
+            return True
+        sub_id = self._resubscribing.pop(ack.cmd_id, None)
+        if sub_id is None:
+            return False
+        sub = self._subs.get(sub_id)
+        if sub is not None and ack.status == "success":
+            self.on_subscribed(sub, ack)
+        elif sub is not None:
+            del self._subs[sub_id]
+            sub.end(error_for_code(ack.error_code, ack.reason or "resubscribe failed"))
+        return True
+
+    def on_delivery(self, delivery: client_pb2.Delivery) -> None:
+        """Hand a delivery to the sow query or to each subscription it names."""
+        self.delivered_count += 1
+        if delivery.query_id:
+            results = self._queries.get(delivery.query_id)
+            if results is not None:
+                results.append(self._to_message(delivery, ""))
+                return
+        for sub_id in delivery.sub_ids:
+            sub = self._subs.get(sub_id)
+            if sub is not None:
+                sub.deliver_nowait(self._to_message(delivery, sub_id))
+
+    def _to_message(self, delivery: client_pb2.Delivery, sub_id: str) -> Message:
+        return Message(
+            self._client,
+            topic=delivery.topic,
+            data=delivery.data,
+            bookmark=delivery.bookmark,
+            sub_id=sub_id,
+            txid=delivery.txid,
+            timestamp_us=delivery.timestamp_us,
+            lease_deadline_us=delivery.lease_deadline_us,
+            delivery_count=delivery.delivery_count,
+            is_queue=delivery.queue or delivery.lease_deadline_us > 0,
+        )
+
+    def start_query(self, query_id: str) -> None:
+        """Collect deliveries carrying `query_id` until `finish_query`."""
+        self._queries[query_id] = []
+
+    def finish_query(self, query_id: str) -> list[Message]:
+        """The results collected for a sow query."""
+        return self._queries.pop(query_id)
+
+    def on_connection_lost(self) -> None:
+        """Drop buffered messages the instance will send again (replays, returned leases)."""
+        self._resubscribing.clear()
+        for sub in self._subs.values():
+            if sub.is_bookmark or sub.is_queue:
+                sub.discard_buffered()
+
+    def end_all(self, error: AmpsError | None) -> None:
+        """End every iterator (with `error` raised after its buffer drains, if given)."""
+        for sub in self._subs.values():
+            sub.end(error)
