@@ -56,7 +56,15 @@ _BASE_NAMESPACE: dict[str, object] = {
     "_pkey": runtime.priority_key,
     "_prank": runtime.priority_rank,
     "_CTX": EvalContext(),
-    "__builtins__": {"type": type, "int": int, "float": float, "str": str},
+    "__builtins__": {
+        "type": type,
+        "int": int,
+        "float": float,
+        "str": str,
+        "list": list,
+        "KeyError": KeyError,
+        "TypeError": TypeError,
+    },
 }
 
 
@@ -205,8 +213,59 @@ class _Generator:
             test = f"({v} != {k} and {v} == {v})" if op == "!=" else f"{v} {_PY_OPS[op]} {k}"
             guard = f"({t} := type({v} := {self.get(name)})) is int or {t} is float"
             return f"({test} if {guard} else {slow})"
+        if op == "=":
+            # Only an equal str (or a list holding one) can equal a non-numeric string literal.
+            return f"(({v} := {self.get(name)}) == {k} or (type({v}) is list and {slow}))"
         test = _TEXT_TEMPLATES[op].format(v=v, k=k)
         return f"({test} if type({v} := {self.get(name)}) is str else {slow})"
+
+    def guarded(self, node: n.Node) -> tuple[str, str] | None:
+        """(attempt, fallback) for a predicate whose attempt is exact unless it raises KeyError
+        or TypeError: ordered comparisons with a number, IN over non-numeric strings."""
+        if isinstance(node, n.Compare) and node.op in ("<", "<=", ">", ">="):
+            for op, left, right in (
+                (node.op, node.left, node.right),
+                (_FLIPPED[node.op], node.right, node.left),
+            ):
+                name = _simple_field(left)
+                if name is not None and _literal_class(right) == "num":
+                    assert isinstance(right, n.Literal)
+                    self.uses_doc = True
+                    k = self.literal(right.value)
+                    # bool, int and float compare exactly in Python; str, None, list, dict raise.
+                    return f"d[{name!r}] {op} {k}", f"_cmp({op!r}, _n(d.get({name!r})), {k})"
+        if isinstance(node, n.In) and (name := _simple_field(node.subject)) is not None:
+            if {_literal_class(m) for m in node.members} == {"text"}:
+                listed = tuple(m.value for m in node.members if isinstance(m, n.Literal))
+                self.uses_doc = True
+                members_set, members_tuple = self.const(frozenset(listed)), self.const(listed)
+                # A str is found exactly; a list is unhashable and raises; nothing else can match.
+                attempt = f"d[{name!r}] in {members_set}"
+                fallback = f"_in(_n(d.get({name!r})), {members_tuple})"
+                if node.negated:
+                    return f"not {attempt}", f"not {fallback}"
+                return attempt, fallback
+        return None
+
+    def statements(self, root: n.Node) -> list[str]:
+        """`matches` of a top-level AND as early returns (TRUE only if every item is TRUE)."""
+        items = root.items if isinstance(root, n.And) else (root,)
+        lines: list[str] = []
+        for item in items:
+            pair = self.guarded(item)
+            if pair is not None:
+                lines += [
+                    "try:",
+                    f"    if not ({pair[0]}): return False",
+                    "except (KeyError, TypeError):",
+                    f"    if not ({pair[1]}): return False",
+                ]
+            elif _strict(item):
+                lines.append(f"if not {self.truth(item)}: return False")
+            else:
+                lines.append(f"if ({self.truth(item)}) is not True: return False")
+        lines.append("return True")
+        return lines
 
     def in_fast(self, subject: n.Node, members: tuple[n.Node, ...]) -> str | None:
         name = _simple_field(subject)
@@ -238,10 +297,10 @@ def _strict(node: n.Node) -> bool:
 def build(text: str, root: n.Node, mode: str) -> Callable[..., object]:
     """One function `(msg, ctx=None)`; mode 'matches' -> bool, 'value' -> value, 'key' -> int."""
     gen = _Generator()
+    statements: list[str] = []
+    body = ""
     if mode == "matches":
-        body = gen.truth(root)
-        if not _strict(root):
-            body = f"({body}) is True"
+        statements = gen.statements(root)
     elif mode == "key":
         body = f"_pkey({gen.value(root)})"
     elif mode == "rank":
@@ -252,8 +311,12 @@ def build(text: str, root: n.Node, mode: str) -> Callable[..., object]:
     if gen.uses_ctx:
         lines.append("    if ctx is None: ctx = _CTX")
     if gen.uses_doc:
-        lines.append("    d = msg.doc")
-    lines.append(f"    return {body}")
+        # The parsed document is cached on the message; parse it here only on first use.
+        lines += ["    d = msg._doc", "    if d is None: d = msg.document()"]
+    if statements:
+        lines += ["    " + line for line in statements]
+    else:
+        lines.append(f"    return {body}")
     source = "\n".join(lines)
     try:
         code = compile(source, f"<expression {text[:40]!r}>", "exec")

@@ -39,17 +39,16 @@ class Message:
     """A message under evaluation; its JSON body is parsed on first use, at most once."""
 
     __slots__ = (
+        "_doc",
         "bookmark",
         "correlation_id",
         "data",
-        "doc",
         "expiration_s",
         "last_leased_us",
         "lease_count",
         "timestamp_us",
         "topic",
     )
-    doc: dict[str, object]
 
     def __init__(
         self,
@@ -63,6 +62,7 @@ class Message:
         lease_count: int | None = None,
         last_leased_us: int | None = None,
     ) -> None:
+        self._doc: dict[str, object] | None = None  # read directly by generated code
         self.data = data
         self.topic = topic
         self.bookmark = bookmark
@@ -76,15 +76,19 @@ class Message:
     def from_obj(cls, obj: object, topic: str = "", bookmark: str = "") -> Message:
         """A message over an already-parsed JSON value (its size is computed only if asked)."""
         message = cls(b"", topic, bookmark)
-        message.doc = obj if type(obj) is dict else _EMPTY
+        message._doc = obj if type(obj) is dict else _EMPTY
         return message
 
-    def __getattr__(self, name: str) -> dict[str, object]:
-        # Called only while the `doc` slot is unset: this is the lazy parse, done once.
-        if name != "doc":
-            raise AttributeError(name)
-        doc = parse_document(self.data)
-        self.doc = doc
+    @property
+    def doc(self) -> dict[str, object]:
+        """The parsed top-level JSON object (empty when the body is not a JSON object)."""
+        return self.document()
+
+    def document(self) -> dict[str, object]:
+        """Parse the body on first use, at most once."""
+        doc = self._doc
+        if doc is None:
+            doc = self._doc = parse_document(self.data)
         return doc
 
     def size_bytes(self) -> int:
