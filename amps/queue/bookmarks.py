@@ -1,0 +1,89 @@
+"""Bookmark -> txid lookup for acks by bookmark (Q10), kept compact.
+
+A publisher's sequence numbers increase in log order (L2, L4), so each publisher keeps two
+parallel arrays sorted by seq and a lookup is a bisect: 16 bytes per message. A seq that
+arrives out of order (should not happen) falls back to a small dict.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable
+
+
+class _PublisherRun:
+    __slots__ = ("seqs", "txids")
+
+    def __init__(self) -> None:
+        self.seqs = array("Q")
+        self.txids = array("q")
+
+
+class BookmarkIndex:
+    """Maps (publisher_id, seq) to txid for the messages the queue still tracks."""
+
+    def __init__(self) -> None:
+        self._runs: dict[int, _PublisherRun] = {}
+        self._max_seq: dict[int, int] = {}
+        self._unordered: dict[tuple[int, int], int] = {}
+        self.entry_count = 0
+
+    def add(self, publisher_id: int, seq: int, txid: int) -> None:
+        """Index a new message."""
+        self.entry_count += 1
+        last = self._max_seq.get(publisher_id)
+        if last is not None and seq <= last:
+            self._unordered[(publisher_id, seq)] = txid
+            return
+        self._max_seq[publisher_id] = seq
+        run = self._runs.get(publisher_id)
+        if run is None:
+            run = self._runs[publisher_id] = _PublisherRun()
+        run.seqs.append(seq)
+        run.txids.append(txid)
+
+    def find(self, publisher_id: int, seq: int) -> int | None:
+        """The txid of the bookmark, or None if it is not indexed."""
+        run = self._runs.get(publisher_id)
+        if run is not None:
+            i = bisect_left(run.seqs, seq)
+            if i < len(run.seqs) and run.seqs[i] == seq:
+                return run.txids[i]
+        return self._unordered.get((publisher_id, seq))
+
+    def seen(self, publisher_id: int, seq: int) -> bool:
+        """True if a message at or after this bookmark of its publisher was ever indexed."""
+        last = self._max_seq.get(publisher_id)
+        return last is not None and seq <= last
+
+    def compact(self, keep: Callable[[int], bool]) -> None:
+        """Drop every entry whose txid `keep` rejects; O(entries)."""
+        count = 0
+        for publisher_id, run in list(self._runs.items()):
+            kept = [i for i, txid in enumerate(run.txids) if keep(txid)]
+            if not kept:
+                del self._runs[publisher_id]
+                continue
+            fresh = _PublisherRun()
+            fresh.seqs = array("Q", [run.seqs[i] for i in kept])
+            fresh.txids = array("q", [run.txids[i] for i in kept])
+            self._runs[publisher_id] = fresh
+            count += len(kept)
+        self._unordered = {k: t for k, t in self._unordered.items() if keep(t)}
+        self.entry_count = count + len(self._unordered)
+
+    def items(self) -> list[tuple[int, int, int]]:
+        """Every (txid, publisher_id, seq), in txid order (for snapshots)."""
+        rows = [
+            (txid, publisher_id, seq)
+            for publisher_id, run in self._runs.items()
+            for seq, txid in zip(run.seqs, run.txids, strict=True)
+        ]
+        rows.extend((t, p, s) for (p, s), t in self._unordered.items())
+        rows.sort()
+        return rows
+
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (for the memory benchmark)."""
+        return sum(16 * len(run.txids) for run in self._runs.values())

@@ -1,0 +1,171 @@
+"""Choosing and sending messages (Q6–Q9, Q14, A2, A3): the pump that runs after each step.
+
+Invariant after every step: no available, eligible message matches a subscription with
+backlog room while the queue-wide MaxBacklog has room. Each event disturbs that locally (a new
+message, a freed backlog, a returned message), and the pump restores it by repeatedly taking
+the oldest (highest priority first) message some subscription with room matches, and handing
+it to the one that fairness picks among those that match it.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from amps.queue.actions import (
+    Action,
+    Deliver,
+    DeliverBarrier,
+    ExpireReason,
+    RemovalReason,
+)
+from amps.queue.fairness import pick_fast, pick_proportional, pick_round_robin
+from amps.queue.state import QueueState
+from amps.queue.subscriptions import Subscription
+from amps.queue.table import AVAILABLE, COUNT_MAX, INACTIVE, LEASED
+
+
+def settle(state: QueueState, now_ms: int, actions: list[Action]) -> None:
+    """Activate, deliver and release barriers until nothing more can happen."""
+    while True:
+        progress = refill(state)
+        progress += pump(state, now_ms, actions)
+        progress += release_barriers(state, actions)
+        if not progress:
+            return
+
+
+def refill(state: QueueState) -> int:
+    """A4: activate inactive messages, oldest first, up to TargetQueueDepth."""
+    target = state.policy.target_queue_depth
+    if target is None:
+        return 0
+    table = state.table
+    activated = 0
+    while state.active_count < target and state.inactive_count > 0:
+        slot = state.activation_slot
+        while table.state[slot] != INACTIVE:
+            slot += 1
+        state.activate(slot)
+        state.activation_slot = slot + 1
+        activated += 1
+    return activated
+
+
+def pump(state: QueueState, now_ms: int, actions: list[Action]) -> int:
+    """Deliver while some subscription with room matches an eligible message."""
+    delivered = 0
+    while state.queue_has_room():
+        ready = [sub for sub in state.order if sub.has_room]
+        if not ready:
+            break
+        found = _next_message(state, ready)
+        if found is None:
+            break
+        txid, candidates = found
+        slot = state.table.slot_of(txid)
+        if state.expire_at_ms(slot) <= now_ms:
+            # Found before the sweep reached it: an expired message is never delivered.
+            state.remove(slot, RemovalReason.EXPIRED, actions, ExpireReason.TIME_LIMIT)
+        else:
+            deliver(state, slot, _pick(state, candidates), now_ms, actions)
+        delivered += 1
+    return delivered
+
+
+def _next_message(
+    state: QueueState, ready: list[Subscription]
+) -> tuple[int, list[Subscription]] | None:
+    """The next message to send and the ready subscriptions that match it (Q14)."""
+    limit = state.limit_txid()
+    any_unfiltered = any(sub.matches is None for sub in ready)
+    for priority in state.level_order:
+        level = state.levels[priority]
+        if any_unfiltered:
+            txid = level.peek_oldest(state.valid_fresh, state.valid_returned)
+            if txid is None:
+                continue
+            if txid >= limit:
+                return None
+            return txid, [sub for sub in ready if sub.wants(txid)]
+        best: int | None = None
+        candidates: list[Subscription] = []
+        for sub in ready:
+            assert sub.matches is not None
+            txid = level.peek_matching(
+                sub.index, sub.matches, state.valid_fresh, state.valid_returned, limit
+            )
+            if txid is None or (best is not None and txid > best):
+                continue
+            if best is None or txid < best:
+                best, candidates = txid, []
+            candidates.append(sub)
+        if best is not None:
+            return best, candidates
+    return None
+
+
+def _pick(state: QueueState, candidates: list[Subscription]) -> Subscription:
+    """Q9: the fairness model chooses among the candidates for one message."""
+    assert candidates
+    fairness = state.policy.effective_fairness
+    if len(candidates) == 1 or fairness == "fast":
+        index = pick_fast([len(s.leased) for s in candidates], [s.backlog for s in candidates])
+    elif fairness == "proportional":
+        index = pick_proportional(
+            [len(s.leased) for s in candidates], [s.backlog for s in candidates]
+        )
+    else:
+        index = pick_round_robin([s.position for s in candidates], state.round_robin_last)
+    chosen = candidates[index]
+    state.round_robin_last = chosen.position
+    return chosen
+
+
+def deliver(
+    state: QueueState, slot: int, sub: Subscription, now_ms: int, actions: list[Action]
+) -> None:
+    """Send one message: lease it (Q6) or remove it as sent (Q7)."""
+    table = state.table
+    assert table.state[slot] == AVAILABLE
+    assert sub.has_room
+    txid = table.txid[slot]
+    count = min(table.delivery_count[slot] + 1, COUNT_MAX)
+    state.counters.delivered_total += 1
+    if count > 1:
+        state.counters.redelivered_total += 1
+    if state.policy.at_most_once:
+        # remove() logs the removal before the Deliver that follows (ordering contract).
+        state.remove(slot, RemovalReason.SENT_AT_MOST_ONCE, actions)
+        state.at_most_once_sent[txid] = sub.index
+        deadline_ms = None
+    else:
+        state.leave_available(slot)  # reads the old delivery count: keep this order
+        table.state[slot] = LEASED
+        table.delivery_count[slot] = count
+        table.lease_sub[slot] = sub.index
+        heapq.heappush(state.lease_heap, (now_ms, txid, count))
+        period = state.policy.lease_period_ms
+        deadline_ms = None if period is None else now_ms + period
+    sub.leased.add(txid)
+    state.leased_total += 1
+    actions.append(Deliver(sub.sub_id, sub.client_id, txid, deadline_ms, count))
+
+
+def release_barriers(state: QueueState, actions: list[Action]) -> int:
+    """A3: send the first barrier once every earlier message has left and someone listens.
+
+    Waiting for at least one subscription is our choice: a barrier that nobody can see would
+    otherwise vanish from an idle queue.
+    """
+    table = state.table
+    released = 0
+    while state.barriers and state.order:
+        txid = state.barriers[0]
+        slot = table.oldest_live_slot()
+        if table.txid[slot] != txid:
+            break
+        subscriptions = tuple((s.client_id, s.sub_id) for s in state.order if s.wants(txid))
+        state.remove(slot, RemovalReason.BARRIER_DELIVERED, actions)
+        actions.append(DeliverBarrier(txid, subscriptions))
+        released += 1
+    return released

@@ -1,0 +1,196 @@
+"""QueueEngine: decides which subscription gets which message of one queue. No I/O, no clock.
+
+Shape (STYLE §4.2): `handle(event, now_ms)` and `on_deadline(now_ms)` return actions in
+contract order (see `amps.queue.actions`); `next_deadline_ms()` says when to call again.
+Each step first does any time-driven work already due, then applies the event, then runs the
+delivery pump (`amps.queue.delivery`), so a late timer never lets a stale lease or an expired
+message slip through. Module map: `state` (data and shared transitions), `delivery` (pump,
+fairness, barriers), `deadlines` (timers), `acks` (Q10–Q12), `recovery` (replay, snapshots).
+"""
+
+from __future__ import annotations
+
+from amps.queue import acks, compaction, deadlines, delivery, queries, recovery
+from amps.queue.actions import NO_REASON, Action, RemovalReason
+from amps.queue.events import (
+    Acked,
+    AckedByFilter,
+    ClientDisconnected,
+    Event,
+    MessagePublished,
+    MessageRemoved,
+    Subscribed,
+    Unsubscribed,
+)
+from amps.queue.invariants import check_invariants
+from amps.queue.policy import QueuePolicy
+from amps.queue.state import QueueState
+from amps.queue.statistics import QueueStatistics
+from amps.queue.subscriptions import Subscription, effective_backlog
+from amps.queue.table import LEASED, NO_EXPIRY
+
+
+class QueueEngine:
+    """The sans-IO engine of one queue on one instance."""
+
+    def __init__(self, policy: QueuePolicy) -> None:
+        self._state = QueueState(policy)
+
+    @property
+    def policy(self) -> QueuePolicy:
+        """The policy this engine obeys."""
+        return self._state.policy
+
+    def handle(self, event: Event, now_ms: int) -> list[Action]:
+        """Apply one event; return what the adapter must do, in order (see Action)."""
+        actions: list[Action] = []
+        state = self._state
+        deadlines.run_due(state, now_ms, actions)
+        match event:
+            case MessagePublished():
+                self._on_message_published(event, now_ms, actions)
+            case Subscribed():
+                self._on_subscribed(event)
+            case Unsubscribed():
+                self._on_unsubscribed(event, now_ms, actions)
+            case ClientDisconnected():
+                self._on_client_disconnected(event, now_ms, actions)
+            case Acked():
+                acks.on_acked(state, event, now_ms, actions)
+            case AckedByFilter():
+                acks.on_acked_by_filter(state, event, now_ms, actions)
+            case MessageRemoved():
+                recovery.on_message_removed(state, event, now_ms, actions)
+        delivery.settle(state, now_ms, actions)
+        compaction.maybe_compact(state)
+        return actions
+
+    def on_deadline(self, now_ms: int) -> list[Action]:
+        """Expire leases, messages and deferred acks whose time has come (aioquic)."""
+        actions: list[Action] = []
+        deadlines.run_due(self._state, now_ms, actions)
+        delivery.settle(self._state, now_ms, actions)
+        compaction.maybe_compact(self._state)
+        return actions
+
+    def next_deadline_ms(self) -> int | None:
+        """Earliest time at which `on_deadline` has work, or None (may be early, never late)."""
+        return deadlines.next_deadline_ms(self._state)
+
+    # -- handlers ------------------------------------------------------------------------
+
+    def _on_message_published(
+        self, event: MessagePublished, now_ms: int, actions: list[Action]
+    ) -> None:
+        state = self._state
+        if event.txid <= state.last_txid:
+            return  # already seen: replays and re-offers are idempotent
+        assert event.is_barrier <= state.policy.has_barrier
+        assert state.policy.has_priority or event.priority == 0
+        own = event.expiration_ms
+        base = own if own is not None else state.policy.expiration_ms
+        expire_at_ms = NO_EXPIRY if base is None else event.timestamp_ms + base
+        slot = state.insert(
+            event.txid,
+            (event.publisher_id, event.seq),
+            event.timestamp_ms,
+            event.priority,
+            event.is_barrier,
+            expire_at_ms,
+            own_expiry=own is not None,
+        )
+        if state.deferred.pop((event.publisher_id, event.seq), None) is not None:
+            state.remove(slot, RemovalReason.ACKED, actions)
+
+    def _on_subscribed(self, event: Subscribed) -> None:
+        state = self._state
+        backlog = effective_backlog(event.max_backlog, state.policy.max_per_subscription_backlog)
+        sub = state.by_key.get((event.client_id, event.sub_id))
+        if sub is not None:
+            # Replace: atomic, keeps leases, may leave it holding more than its new backlog.
+            sub.backlog = backlog
+            if sub.matches is not event.matches:
+                sub.matches = event.matches
+                for level in state.levels.values():
+                    level.forget_cursor(sub.index)
+            return
+        index = state.free_sub_indexes.pop() if state.free_sub_indexes else len(state.subs)
+        sub = Subscription(
+            index, state.next_position, event.sub_id, event.client_id, backlog, event.matches
+        )
+        state.next_position += 1
+        if index == len(state.subs):
+            state.subs.append(sub)
+        else:
+            state.subs[index] = sub
+        state.order.append(sub)
+        state.by_key[(event.client_id, event.sub_id)] = sub
+
+    def _on_unsubscribed(self, event: Unsubscribed, now_ms: int, actions: list[Action]) -> None:
+        sub = self._state.by_key.get((event.client_id, event.sub_id))
+        if sub is not None:
+            self._drop_subscription(sub, now_ms, actions)
+
+    def _on_client_disconnected(
+        self, event: ClientDisconnected, now_ms: int, actions: list[Action]
+    ) -> None:
+        for sub in [s for s in self._state.order if s.client_id == event.client_id]:
+            self._drop_subscription(sub, now_ms, actions)
+
+    def _drop_subscription(self, sub: Subscription, now_ms: int, actions: list[Action]) -> None:
+        """Break its leases at once (Q6), forget its at-most-once backlog, then unregister."""
+        state = self._state
+        table = state.table
+        for txid in sorted(sub.leased):
+            if state.at_most_once_sent.pop(txid, None) is not None:
+                sub.leased.discard(txid)
+                state.leased_total -= 1
+                continue
+            slot = table.slot_of(txid)
+            assert slot >= 0
+            assert table.state[slot] == LEASED
+            state.break_lease(slot, now_ms, actions, NO_REASON)
+        assert not sub.leased
+        for level in state.levels.values():
+            level.forget_cursor(sub.index)
+        state.order.remove(sub)
+        del state.by_key[(sub.client_id, sub.sub_id)]
+        state.subs[sub.index] = None
+        state.free_sub_indexes.append(sub.index)
+
+    # -- queries -------------------------------------------------------------------------
+
+    def owned_here(self, txid: int) -> bool:
+        """Replication hook: only messages owned by this instance are delivered (R2)."""
+        return self._state.owned_here(txid)
+
+    def deliverable(self, limit: int) -> list[int]:
+        """Q19: txids of active, unleased messages a `sow` returns, in delivery order."""
+        return queries.deliverable(self._state, limit)
+
+    def low_water_txid(self) -> int:
+        """The newest txid at or before which every message of this queue has left (Q16)."""
+        state = self._state
+        slot = state.table.oldest_live_slot()
+        return state.last_txid if slot < 0 else state.table.txid[slot] - 1
+
+    def snapshot(self) -> recovery.QueueSnapshot:
+        """Compact export of the queue's messages and deferred acks (restart without replay)."""
+        return recovery.snapshot(self._state)
+
+    @classmethod
+    def restore(
+        cls, policy: QueuePolicy, snapshot: recovery.QueueSnapshot, shift_ms: int = 0
+    ) -> QueueEngine:
+        """Rebuild from a snapshot; `shift_ms` moves stored times into the new time base."""
+        engine = cls(policy)
+        recovery.restore(engine._state, snapshot, shift_ms)
+        return engine
+
+    def statistics(self, now_ms: int) -> QueueStatistics:
+        """Frozen snapshot of counters and gauges (AMPS-REFERENCE §5.3)."""
+        return queries.statistics(self._state, now_ms)
+
+    def check_invariants(self) -> None:
+        """Expensive cross-checks of every count and index; for tests and simulation."""
+        check_invariants(self._state)

@@ -1,0 +1,295 @@
+"""The engine's data and the transitions every handler shares (remove, lease, return).
+
+Rules:
+1. Every message row is in exactly one state: AVAILABLE, LEASED, INACTIVE or REMOVED.
+2. Only `remove()` makes a row REMOVED, and it counts the removal under one reason.
+3. A message is "fresh" while it was never delivered; after a lease breaks it lives in its
+   level's returned heap (IN_RETURNED). `leave_available()` keeps both counts exact.
+4. Slots are valid only within one step; anything kept across steps is a txid.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from amps.queue.actions import (
+    NO_REASON,
+    Action,
+    ExpireReason,
+    PublishDeadLetter,
+    RecordRemoval,
+    RemovalReason,
+)
+from amps.queue.bookmarks import BookmarkIndex
+from amps.queue.levels import Level
+from amps.queue.policy import QueuePolicy
+from amps.queue.statistics import Counters
+from amps.queue.subscriptions import Subscription
+from amps.queue.table import (
+    AVAILABLE,
+    BARRIER,
+    IN_RETURNED,
+    INACTIVE,
+    LEASED,
+    NO_EXPIRY,
+    OUT_OF_ORDER_EXPIRY,
+    MessageTable,
+)
+
+NO_LIMIT = (1 << 63) - 1
+
+
+class QueueState:
+    """Data of one queue engine plus the shared low-level transitions."""
+
+    def __init__(self, policy: QueuePolicy) -> None:
+        self.policy = policy
+        self.table = MessageTable(has_priority=policy.has_priority)
+        self.bookmarks = BookmarkIndex()
+        self.level0 = Level(0)
+        self.levels: dict[int, Level] = {0: self.level0}
+        self.level_order: list[int] = [0]  # priorities, highest first
+        self.subs: list[Subscription | None] = []
+        self.free_sub_indexes: list[int] = []
+        self.order: list[Subscription] = []  # subscription order ("first found", Q9)
+        self.by_key: dict[tuple[str, str], Subscription] = {}
+        self.next_position = 0
+        self.round_robin_last = -1
+        self.leased_total = 0  # sum of len(sub.leased)
+        self.at_most_once_sent: dict[int, int] = {}  # txid -> sub index, until acked (Q7)
+        self.lease_heap: list[tuple[int, int, int]] = []  # (lease start ms, txid, delivery)
+        self.barriers: deque[int] = deque()  # pending barrier txids, oldest first (A3)
+        self.active_count = 0  # AVAILABLE + LEASED rows
+        self.inactive_count = 0
+        self.activation_slot = 0  # first slot that may be INACTIVE (A4)
+        self.expiry_slot = 0  # in-order expiry sweep position
+        self.expiry_max_seen_ms = -NO_LIMIT
+        self.expiry_heap: list[tuple[int, int]] = []  # out-of-order (expire_at_ms, txid)
+        self.deferred: dict[tuple[int, int], int] = {}  # bookmark -> expires_at_ms
+        self.deferred_heap: list[tuple[int, int, int]] = []
+        self.last_txid = -1
+        self.counters = Counters()
+
+    # -- queries -------------------------------------------------------------------------
+
+    def owned_here(self, txid: int) -> bool:
+        """Replication hook (R2): only messages owned here are delivered. Always True today.
+
+        A later ownership change must call `return_to_queue`-style re-offering for messages
+        that become owned, because delivery cursors skip messages that were not owned.
+        """
+        return True
+
+    def level_of(self, slot: int) -> Level:
+        """The priority level of a row."""
+        priority = self.table.priority
+        return self.level0 if priority is None else self.levels[priority[slot]]
+
+    def expire_at_ms(self, slot: int) -> int:
+        """When the row's message expires (Q13), NO_EXPIRY if never."""
+        column = self.table.expire_at_ms
+        if column is not None:
+            return column[slot]
+        if self.policy.expiration_ms is None:
+            return NO_EXPIRY
+        return self.table.timestamp_ms[slot] + self.policy.expiration_ms
+
+    def limit_txid(self) -> int:
+        """Messages at or after the first pending barrier are held (A3)."""
+        return self.barriers[0] if self.barriers else NO_LIMIT
+
+    def valid_fresh(self, txid: int) -> bool:
+        """True if a fresh-list entry is still an available, never delivered message."""
+        table = self.table
+        slot = table.slot_of(txid)
+        return (
+            slot >= 0
+            and table.state[slot] == AVAILABLE
+            and table.delivery_count[slot] == 0
+            and not table.flags[slot] & IN_RETURNED
+            and self.owned_here(txid)
+        )
+
+    def valid_returned(self, txid: int) -> bool:
+        """True if a returned-heap entry is still available."""
+        table = self.table
+        slot = table.slot_of(txid)
+        return (
+            slot >= 0
+            and table.state[slot] == AVAILABLE
+            and bool(table.flags[slot] & IN_RETURNED)
+            and self.owned_here(txid)
+        )
+
+    def current_lease_slot(self, txid: int, delivery_count: int) -> int:
+        """The slot if a lease-heap entry still names the message's current lease, else -1."""
+        table = self.table
+        slot = table.slot_of(txid)
+        if (
+            slot >= 0
+            and table.state[slot] == LEASED
+            and table.delivery_count[slot] == delivery_count
+        ):
+            return slot
+        return -1
+
+    def queue_has_room(self) -> bool:
+        """The queue-wide MaxBacklog is not reached (Q8)."""
+        limit = self.policy.max_backlog
+        return limit is None or self.leased_total < limit
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def level_for(self, priority: int) -> Level:
+        """The level of a priority, created on first use (A2)."""
+        level = self.levels.get(priority)
+        if level is None:
+            level = self.levels[priority] = Level(priority)
+            self.level_order.append(priority)
+            self.level_order.sort(reverse=True)
+        return level
+
+    def activate(self, slot: int) -> None:
+        """Make a row deliverable: it joins its level's fresh list."""
+        table = self.table
+        assert table.state[slot] in (AVAILABLE, INACTIVE)
+        if table.state[slot] == INACTIVE:
+            self.inactive_count -= 1
+        table.state[slot] = AVAILABLE
+        self.active_count += 1
+        self.level_of(slot).push_fresh(table.txid[slot])
+
+    def leave_available(self, slot: int) -> None:
+        """An AVAILABLE row is about to be delivered or removed: fix the level counts."""
+        table = self.table
+        assert table.state[slot] == AVAILABLE
+        flags = table.flags[slot]
+        level = self.level_of(slot)
+        if flags & IN_RETURNED:
+            table.flags[slot] = flags & ~IN_RETURNED
+            level.pop_returned(table.txid[slot])
+        elif table.delivery_count[slot] == 0:
+            level.fresh_live -= 1
+
+    def release_lease(self, slot: int) -> None:
+        """Free the backlog a LEASED row takes in its subscription."""
+        table = self.table
+        assert table.state[slot] == LEASED
+        sub = self.subs[table.lease_sub[slot]]
+        assert sub is not None
+        sub.leased.remove(table.txid[slot])
+        self.leased_total -= 1
+        table.lease_sub[slot] = -1
+
+    def remove(
+        self,
+        slot: int,
+        reason: RemovalReason,
+        actions: list[Action],
+        expire_reasons: ExpireReason = NO_REASON,
+        *,
+        record: bool = True,
+    ) -> None:
+        """The message leaves the queue; count it and emit its record (and dead letter)."""
+        table = self.table
+        state = table.state[slot]
+        txid = table.txid[slot]
+        if state == AVAILABLE:
+            self.leave_available(slot)
+            self.active_count -= 1
+        elif state == LEASED:
+            self.release_lease(slot)
+            self.active_count -= 1
+        else:
+            assert state == INACTIVE
+            self.inactive_count -= 1
+        if table.flags[slot] & BARRIER:
+            self.barriers.remove(txid)
+        table.mark_removed(slot)
+        self._count_removal(reason, expire_reasons)
+        if record:
+            actions.append(RecordRemoval(txid, reason, expire_reasons))
+            if reason is RemovalReason.EXPIRED:
+                actions.append(PublishDeadLetter(txid, expire_reasons))
+
+    def _count_removal(self, reason: RemovalReason, expire_reasons: ExpireReason) -> None:
+        counters = self.counters
+        if reason is RemovalReason.ACKED:
+            counters.acked_total += 1
+        elif reason is RemovalReason.EXPIRED:
+            counters.expired_by_reason[expire_reasons.primary()] += 1
+        elif reason is RemovalReason.SENT_AT_MOST_ONCE:
+            counters.sent_at_most_once_total += 1
+        else:
+            counters.barrier_delivered_total += 1
+
+    def break_lease(
+        self, slot: int, now_ms: int, actions: list[Action], reasons: ExpireReason
+    ) -> None:
+        """A lease ended without an ack: return the message, or expire it past a limit (Q13)."""
+        table = self.table
+        assert table.state[slot] == LEASED
+        if self.expire_at_ms(slot) <= now_ms:
+            reasons |= ExpireReason.TIME_LIMIT
+        max_deliveries = self.policy.max_deliveries
+        if max_deliveries and table.delivery_count[slot] >= max_deliveries:
+            reasons |= ExpireReason.MAX_DELIVERIES
+        if reasons:
+            self.remove(slot, RemovalReason.EXPIRED, actions, reasons)
+            return
+        self.release_lease(slot)
+        table.state[slot] = AVAILABLE
+        table.flags[slot] |= IN_RETURNED
+        self.level_of(slot).push_returned(table.txid[slot])
+
+    def defer_ack(self, publisher_id: int, seq: int, now_ms: int) -> None:
+        """Remember an ack for a message not yet in the queue (DeferredAckExpiration)."""
+        expires_at_ms = now_ms + self.policy.deferred_ack_expiration_ms
+        self.deferred[(publisher_id, seq)] = expires_at_ms
+        heapq.heappush(self.deferred_heap, (expires_at_ms, publisher_id, seq))
+
+    def insert(
+        self,
+        txid: int,
+        bookmark: tuple[int, int],
+        timestamp_ms: int,
+        priority: int,
+        is_barrier: bool,
+        expire_at_ms: int,
+        *,
+        own_expiry: bool,
+    ) -> int:
+        """Add the newest message: active, or inactive beyond TargetQueueDepth (A4)."""
+        assert txid > self.last_txid
+        self.last_txid = txid
+        self.counters.entered_total += 1
+        target = self.policy.target_queue_depth
+        beyond = target is not None and (self.active_count >= target or self.inactive_count > 0)
+        table = self.table
+        if self.policy.has_priority:
+            self.level_for(priority)
+        slot = table.append(txid, timestamp_ms, priority, BARRIER if is_barrier else 0, INACTIVE)
+        self.inactive_count += 1
+        self.bookmarks.add(bookmark[0], bookmark[1], txid)
+        self._track_expiry(slot, expire_at_ms, own_expiry=own_expiry)
+        if is_barrier:
+            self.barriers.append(txid)
+        if not beyond:
+            self.activate(slot)
+            self.activation_slot = slot + 1
+        return slot
+
+    def _track_expiry(self, slot: int, expire_at_ms: int, *, own_expiry: bool) -> None:
+        table = self.table
+        if own_expiry and table.expire_at_ms is None:
+            table.ensure_expiry_column(self.policy.expiration_ms)
+        if table.expire_at_ms is not None:
+            table.expire_at_ms[slot] = expire_at_ms
+        if expire_at_ms == NO_EXPIRY:
+            return
+        if expire_at_ms < self.expiry_max_seen_ms:
+            table.flags[slot] |= OUT_OF_ORDER_EXPIRY
+            heapq.heappush(self.expiry_heap, (expire_at_ms, table.txid[slot]))
+        else:
+            self.expiry_max_seen_ms = expire_at_ms
