@@ -8,7 +8,9 @@ import click
 
 # Each module defines a click command or group named by the second element; adding a family is one
 # line here. Modules are imported lazily so `amps --help` stays fast.
-COMMAND_MODULES: list[tuple[str, str]] = []
+COMMAND_MODULES: list[tuple[str, str]] = [
+    ("amps.cli.client_cmds", "COMMANDS"),
+]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
