@@ -173,6 +173,8 @@ class _Generator:
             case n.Affix(subject=subject, affixes=affixes, at_start=at_start, negated=negated):
                 found = f"_affix({self.value(subject)}, {self.const(affixes)}, {at_start})"
                 return f"(not {found})" if negated else found
+            case n.IsNull(subject=n.Literal(value=constant), negated=negated):
+                return repr((constant is None) != negated)  # `1 is None` would be a SyntaxWarning
             case n.IsNull(subject=subject, negated=negated):
                 return f"({self.value(subject)} is {'not ' if negated else ''}None)"
             case n.IsNan(subject=subject, negated=negated):
@@ -234,18 +236,23 @@ class _Generator:
                     k = self.literal(right.value)
                     # bool, int and float compare exactly in Python; str, None, list, dict raise.
                     return f"d[{name!r}] {op} {k}", f"_cmp({op!r}, _n(d.get({name!r})), {k})"
-        if isinstance(node, n.In) and (name := _simple_field(node.subject)) is not None:
-            if {_literal_class(m) for m in node.members} == {"text"}:
-                listed = tuple(m.value for m in node.members if isinstance(m, n.Literal))
-                self.uses_doc = True
-                members_set, members_tuple = self.const(frozenset(listed)), self.const(listed)
-                # A str is found exactly; a list is unhashable and raises; nothing else can match.
-                attempt = f"d[{name!r}] in {members_set}"
-                fallback = f"_in(_n(d.get({name!r})), {members_tuple})"
-                if node.negated:
-                    return f"not {attempt}", f"not {fallback}"
-                return attempt, fallback
+        if isinstance(node, n.In):
+            return self.guarded_in(node)
         return None
+
+    def guarded_in(self, node: n.In) -> tuple[str, str] | None:
+        name = _simple_field(node.subject)
+        if name is None or {_literal_class(m) for m in node.members} != {"text"}:
+            return None
+        listed = tuple(m.value for m in node.members if isinstance(m, n.Literal))
+        self.uses_doc = True
+        members_set, members_tuple = self.const(frozenset(listed)), self.const(listed)
+        # A str is found exactly; a list is unhashable and raises; nothing else can match.
+        attempt = f"d[{name!r}] in {members_set}"
+        fallback = f"_in(_n(d.get({name!r})), {members_tuple})"
+        if node.negated:
+            return f"not {attempt}", f"not {fallback}"
+        return attempt, fallback
 
     def statements(self, root: n.Node) -> list[str]:
         """`matches` of a top-level AND as early returns (TRUE only if every item is TRUE)."""
