@@ -10,6 +10,7 @@ import click
 # line here. Modules are imported lazily so `amps --help` stays fast.
 COMMAND_MODULES: list[tuple[str, str]] = [
     ("amps.cli.client_cmds", "COMMANDS"),
+    ("amps.cli.expr_cmd", "expr"),
 ]
 
 
