@@ -1,0 +1,357 @@
+"""The transaction log: segment files, group-commit fsync, recovery, reads (L1-L8). [io]
+
+Appends are synchronous and only buffer; `commit()` writes and fsyncs everything buffered in a
+worker thread, so the event loop keeps accepting appends meanwhile, and one fsync covers every
+record appended since the previous one. A failed write or fsync fails the journal for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from amps.errors import JournalError
+from amps.log import codec
+from amps.log.bookmarks import BookmarkSpec
+from amps.log.dedup import PublisherMarks
+from amps.log.lookup import find_start
+from amps.log.reader import Segment, SegmentReader
+from amps.log.records import PublishRecord, Record
+from amps.log.recovery import TailScan, check_sealed, plan_recovery
+from amps.log.segments import SegmentBuilder, SegmentSummary, parse_segment_name
+from amps.log.storage import Rotate, SegmentWriter, load_summary, scan_segment, write_summary
+
+__all__ = ["Journal", "JournalStatistics"]
+
+FsyncObserver = Callable[[float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalStatistics:
+    """Snapshot for metrics and the admin CLI."""
+
+    first_txid: int
+    last_txid: int
+    durable_txid: int
+    bytes_total: int
+    pending_bytes: int
+    segment_count: int
+    fsync_count: int
+
+
+class Journal:
+    """A directory of append-only segments `<first txid>.journal`, each sealed with a summary."""
+
+    def __init__(self, directory: Path, *, segment_size_bytes: int, flush_interval_ms: int,
+                 instance_name: str, group: str, read_only: bool) -> None:  # fmt: skip
+        assert segment_size_bytes >= 4096, segment_size_bytes
+        assert 1 <= flush_interval_ms <= 1000, flush_interval_ms
+        self.directory = directory
+        self.segment_size_bytes = segment_size_bytes
+        self.flush_interval_ms = flush_interval_ms
+        self.instance_name = instance_name
+        self.group = group
+        self.read_only = read_only
+        self.marks = PublisherMarks()
+        self.on_fsync: FsyncObserver | None = None
+        self.first_txid = 1
+        self._next_txid = 1
+        self._durable_txid = 0
+        self._last_timestamp_us = 0
+        self._sealed: list[SegmentSummary] = []
+        self._active: SegmentBuilder = SegmentBuilder(1)
+        self._pending: list[bytes | Rotate] = []
+        self._pending_bytes = 0
+        self._writer: SegmentWriter | None = None
+        self._flush_task: asyncio.Task[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._failure: JournalError | None = None
+        self._lock_fd = -1
+        self._closed = False
+        self.recovery_note = ""
+        self.reader = SegmentReader(directory)
+
+    # ----------------------------------------------------------------------------- opening
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        *,
+        segment_size_bytes: int = 1 << 30,
+        flush_interval_ms: int = 100,
+        instance_name: str = "amps-1",
+        group: str = "amps-1",
+        read_only: bool = False,
+    ) -> Journal:
+        """Open (creating if needed) and recover; read-only never cuts, locks or writes."""
+        directory = Path(directory)
+        journal = cls(directory, segment_size_bytes=segment_size_bytes,
+                      flush_interval_ms=flush_interval_ms, instance_name=instance_name,
+                      group=group, read_only=read_only)  # fmt: skip
+        if not read_only:
+            directory.mkdir(parents=True, exist_ok=True)
+            journal._lock()
+        try:
+            journal._recover()
+        except BaseException:
+            journal._unlock()
+            raise
+        return journal
+
+    def _lock(self) -> None:
+        self._lock_fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise JournalError(f"journal directory {self.directory} is in use") from None
+
+    def _unlock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _recover(self) -> None:
+        named = sorted(
+            (first, entry)
+            for entry in (self.directory.iterdir() if self.directory.exists() else ())
+            if (first := parse_segment_name(entry.name)) is not None
+        )
+        sealed: list[tuple[str, SegmentSummary]] = []
+        tail: TailScan | None = None
+        tail_builder: SegmentBuilder | None = None
+        for i, (first, path) in enumerate(named):
+            size = path.stat().st_size
+            summary = load_summary(self.directory, first, size)
+            if summary is not None:
+                sealed.append((path.name, summary))
+                continue
+            scan, builder = scan_segment(path, first)
+            if i == len(named) - 1:
+                tail, tail_builder = scan, builder
+                break
+            check_sealed(scan)
+            sealed.append((path.name, scan.summary))
+            if not self.read_only:
+                write_summary(self.directory, scan.summary)
+        plan = plan_recovery(sealed, tail)
+        if plan.truncate_to_bytes is not None and tail is not None and not self.read_only:
+            self._truncate(self.directory / tail.name, plan.truncate_to_bytes)
+        self.recovery_note = plan.cut_reason
+        self.marks = plan.marks
+        self.first_txid = plan.first_txid
+        self._next_txid = plan.next_txid
+        self._durable_txid = plan.next_txid - 1
+        self._last_timestamp_us = plan.last_timestamp_us
+        self._sealed = [summary for _name, summary in sealed]
+        self._active = tail_builder or SegmentBuilder(plan.next_txid)
+        if not self.read_only:
+            self._writer = SegmentWriter(self.directory, self._active.first_txid)
+
+    def _truncate(self, path: Path, size_bytes: int) -> None:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, size_bytes)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # ----------------------------------------------------------------------------- appending
+
+    def _check_writable(self) -> None:
+        if self._failure is not None:
+            raise JournalError(f"journal failed earlier: {self._failure.message}")
+        if self.read_only:
+            raise JournalError("journal is open read-only")
+        if self._closed:
+            raise JournalError("journal is closed")
+
+    def append_publish(
+        self,
+        *,
+        topic: str,
+        data: bytes,
+        publisher_id: int,
+        seq: int,
+        timestamp_us: int,
+        correlation_id: str = "",
+        expiration_s: int = 0,
+        origin_instance: str | None = None,
+        origin_group: str = "",
+        origin_txid: int = 0,
+    ) -> PublishRecord:
+        """Assign a txid and buffer a publish; advances `marks` (the caller checked them first).
+
+        Without `origin_instance` the record originates here (origin txid = its txid).
+        """
+        self._check_writable()
+        txid = self._next_txid
+        if origin_instance is None:
+            origin_instance, origin_group, origin_txid = self.instance_name, self.group, txid
+        record = codec.new_publish(
+            txid, max(timestamp_us, self._last_timestamp_us), topic, data, publisher_id, seq,
+            origin_instance, origin_group, origin_txid, correlation_id, expiration_s,
+        )  # fmt: skip
+        self._buffer(record, publisher_id, seq)
+        self.marks.advance(publisher_id, seq)
+        return record
+
+    def append(self, record: Record) -> Record:
+        """Assign a txid to any record built with txid=0 and buffer it."""
+        self._check_writable()
+        assert record.txid == 0, "the journal assigns txids"
+        txid = self._next_txid
+        timestamp_us = max(record.timestamp_us, self._last_timestamp_us)
+        stamped = replace(record, txid=txid, timestamp_us=timestamp_us)
+        if not stamped.origin_instance:
+            stamped = replace(stamped, origin_instance=self.instance_name,
+                              origin_group=self.group, origin_txid=txid)  # fmt: skip
+        if isinstance(stamped, PublishRecord):
+            self._buffer(stamped, stamped.publisher_id, stamped.seq)
+            self.marks.advance(stamped.publisher_id, stamped.seq)
+        else:
+            self._buffer(stamped, 0, 0)
+        return stamped
+
+    def _buffer(self, record: Record, publisher_id: int, seq: int) -> None:
+        frame = codec.encode(record)
+        active = self._active
+        if active.size_bytes and active.size_bytes + len(frame) > self.segment_size_bytes:
+            sealed = active.summary()
+            self._sealed.append(sealed)
+            self._pending.append(Rotate(sealed, record.txid))
+            active = self._active = SegmentBuilder(record.txid)
+        active.add(len(frame), record.txid, record.timestamp_us, publisher_id, seq)
+        self._pending.append(frame)
+        self._pending_bytes += len(frame)
+        self._next_txid = record.txid + 1
+        self._last_timestamp_us = record.timestamp_us
+
+    # ----------------------------------------------------------------------------- committing
+
+    async def commit(self) -> int:
+        """Return once everything appended before the call is durable; the durable txid."""
+        target = self._next_txid - 1
+        while self._durable_txid < target:
+            if self._failure is not None:
+                raise JournalError(f"journal failed earlier: {self._failure.message}")
+            task = self._flush_task
+            if task is None:
+                task = self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+            await asyncio.shield(task)
+        return self._durable_txid
+
+    async def _flush(self) -> None:
+        try:
+            batch, last_txid = self._pending, self._next_txid - 1
+            self._pending, self._pending_bytes = [], 0
+            assert self._writer is not None
+            try:
+                durations = await asyncio.to_thread(self._writer.write_batch, batch)
+            except OSError as exc:
+                self._failure = JournalError(f"journal write or fsync failed: {exc}")
+                raise self._failure from exc
+            self._durable_txid = last_txid
+            if self.on_fsync is not None:
+                for seconds in durations:
+                    self.on_fsync(seconds)
+        finally:
+            self._flush_task = None
+
+    def start_flusher(self) -> None:
+        """Commit in the background so no record waits more than ~flush_interval_ms."""
+        self._check_writable()
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval_ms / 1000)
+            if self._next_txid - 1 > self._durable_txid:
+                try:
+                    await self.commit()
+                except JournalError:
+                    return  # recorded in _failure; every later append or commit raises it
+
+    async def close(self) -> None:
+        """Stop the flusher, commit what is buffered (unless failed), release the directory."""
+        if self._closed:
+            return
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+            self._flusher = None
+        try:
+            if self._failure is None and not self.read_only:
+                await self.commit()
+        finally:
+            self._closed = True
+            if self._writer is not None:
+                self._writer.close()
+            self.reader.close()
+            self._unlock()
+
+    def close_read_only(self) -> None:
+        """Synchronous close for a read-only journal (the dump CLI)."""
+        assert self.read_only
+        self._closed = True
+        self.reader.close()
+
+    # ----------------------------------------------------------------------------- reading
+
+    def read(self, from_txid: int, max_records: int) -> list[Record]:
+        """Up to `max_records` durable records from `from_txid` on, in txid order."""
+        from_txid = max(from_txid, self.first_txid)
+        if max_records <= 0 or from_txid > self._durable_txid:
+            return []
+        return self.reader.read(self.segments(), from_txid, self._durable_txid, max_records)
+
+    def find_start(self, spec: BookmarkSpec) -> int:
+        """The first txid a bookmark subscription with `spec` replays (see lookup.find_start)."""
+        return find_start(self, spec)
+
+    def segments(self) -> list[Segment]:
+        """Every segment, oldest first; the last one is the active segment's live builder."""
+        return [*self._sealed, self._active]
+
+    def pending_keys(self) -> Iterator[tuple[int, int, int, int]]:
+        """(txid, timestamp_us, publisher_id, seq) of records appended but not yet written."""
+        for item in self._pending:
+            if isinstance(item, bytes):
+                _kind, txid, ts, pub, seq = codec.peek_payload(item, codec.HEADER_SIZE_BYTES)
+                yield txid, ts, pub, seq
+
+    # ----------------------------------------------------------------------------- figures
+
+    @property
+    def last_txid(self) -> int:
+        return self._next_txid - 1
+
+    @property
+    def durable_txid(self) -> int:
+        return self._durable_txid
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(s.size_bytes for s in self._sealed) + self._active.size_bytes
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._sealed) + 1
+
+    @property
+    def fsync_count(self) -> int:
+        return 0 if self._writer is None else self._writer.fsync_count
+
+    def statistics(self) -> JournalStatistics:
+        return JournalStatistics(self.first_txid, self.last_txid, self._durable_txid,
+                                 self.bytes_total, self._pending_bytes, self.segment_count,
+                                 self.fsync_count)  # fmt: skip

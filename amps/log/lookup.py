@@ -1,0 +1,94 @@
+"""Resolve a bookmark spec to the first txid to replay (L7), skipping segments by summary. [io]"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from amps.errors import InvalidBookmark
+from amps.log.bookmarks import AtBookmark, AtTimestamp, BookmarkList, BookmarkSpec, Epoch, Now
+from amps.log.reader import Segment
+from amps.log.segments import segment_name
+from amps.log.storage import iter_keys
+
+if TYPE_CHECKING:
+    from amps.log.journal import Journal
+
+__all__ = ["find_start"]
+
+NOT_FOUND = "bookmark not found in the transaction log"
+
+
+def find_start(journal: Journal, spec: BookmarkSpec) -> int:
+    """epoch: first txid; now: last txid + 1; a bookmark: the txid after that message (unknown:
+    InvalidBookmark); a timestamp: the first txid logged at or after it; a list: the earliest of
+    its items that resolve (InvalidBookmark if none does)."""
+    match spec:
+        case Epoch():
+            return journal.first_txid
+        case Now():
+            return journal.last_txid + 1
+        case AtTimestamp(timestamp_us=timestamp_us):
+            return _by_timestamp(journal, timestamp_us)
+        case AtBookmark(bookmark=bookmark):
+            found = _by_bookmark(journal, bookmark.publisher_id, bookmark.seq)
+            if found is None:
+                raise InvalidBookmark(f"{NOT_FOUND}: {bookmark.format()}")
+            return found
+        case BookmarkList(items=items):
+            starts: list[int] = []
+            for item in items:
+                if isinstance(item, AtBookmark):
+                    found = _by_bookmark(journal, item.bookmark.publisher_id, item.bookmark.seq)
+                    if found is not None:
+                        starts.append(found)
+                else:
+                    starts.append(find_start(journal, item))
+            if not starts:
+                raise InvalidBookmark(f"{NOT_FOUND}: {spec.format()}")
+            return min(starts)
+
+
+def _keys(journal: Journal, segment: Segment, offset: int) -> Iterator[tuple[int, int, int, int]]:
+    """(txid, timestamp_us, publisher_id, seq) from `offset` on: durable frames from the file,
+    then frames still waiting for a commit; never past the last appended record."""
+    durable = journal.durable_txid
+    last = 0
+    if segment.first_txid <= durable:
+        for _off, _size, txid, ts, pub, seq in iter_keys(
+            journal.directory / segment_name(segment.first_txid), offset
+        ):
+            yield txid, ts, pub, seq
+            last = txid
+            if txid >= min(durable, segment.last_txid):
+                break
+    if segment.last_txid > durable:
+        for txid, ts, pub, seq in journal.pending_keys():
+            if txid > last and segment.first_txid <= txid <= segment.last_txid:
+                yield txid, ts, pub, seq
+
+
+def _by_timestamp(journal: Journal, timestamp_us: int) -> int:
+    for segment in journal.segments():
+        if not segment.record_count or segment.last_timestamp_us < timestamp_us:
+            continue
+        j = max(0, bisect_left(segment.index_timestamps_us, timestamp_us) - 1)
+        for txid, ts, _pub, _seq in _keys(journal, segment, segment.index_offsets[j]):
+            if ts >= timestamp_us:
+                return txid
+    return journal.last_txid + 1
+
+
+def _by_bookmark(journal: Journal, publisher_id: int, seq: int) -> int | None:
+    if seq > journal.marks.high_water(publisher_id):
+        return None
+    for segment in reversed(journal.segments()):
+        seq_range = segment.seq_range(publisher_id)
+        if seq_range is None or not seq_range[0] <= seq <= seq_range[1]:
+            continue
+        for txid, _ts, pub, found_seq in _keys(journal, segment, 0):
+            if pub == publisher_id and found_seq == seq:
+                return txid + 1
+        return None
+    return None

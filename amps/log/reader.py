@@ -1,0 +1,97 @@
+"""Sequential reads of records by txid, through each segment's sparse index. [io]"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from pathlib import Path
+
+from amps.errors import CorruptRecord
+from amps.log import codec
+from amps.log.records import Record
+from amps.log.segments import SegmentBuilder, SegmentSummary, segment_name
+
+__all__ = ["Segment", "SegmentReader"]
+
+Segment = SegmentSummary | SegmentBuilder
+MIN_READ_BYTES = 256 * 1024
+MAX_OPEN_FILES = 16
+
+
+class SegmentReader:
+    """Keeps a few read-only descriptors open; reads never touch the writer's descriptor."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._fds: dict[int, int] = {}
+
+    def _fd(self, first_txid: int) -> int:
+        fd = self._fds.get(first_txid)
+        if fd is None:
+            if len(self._fds) >= MAX_OPEN_FILES:
+                oldest = next(iter(self._fds))
+                os.close(self._fds.pop(oldest))
+            fd = os.open(self.directory / segment_name(first_txid), os.O_RDONLY)
+            self._fds[first_txid] = fd
+        return fd
+
+    def read(
+        self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int
+    ) -> list[Record]:
+        """Records from_txid..upper_txid (at most max_records) from `segments` (oldest first)."""
+        out: list[Record] = []
+        firsts = [s.first_txid for s in segments]
+        i = max(0, bisect_right(firsts, from_txid) - 1)
+        txid = from_txid
+        while len(out) < max_records and txid <= upper_txid and i < len(segments):
+            segment = segments[i]
+            if txid > segment.last_txid:
+                i += 1
+                continue
+            want = min(max_records - len(out), upper_txid - txid + 1, segment.last_txid - txid + 1)
+            self._read_segment(segment, txid, want, out)
+            txid = out[-1].txid + 1
+        return out
+
+    def _read_segment(self, segment: Segment, from_txid: int, want: int, out: list[Record]) -> None:
+        j = bisect_right(segment.index_txids, from_txid) - 1
+        assert j >= 0, (segment.first_txid, from_txid)
+        offset = segment.index_offsets[j]
+        skip = from_txid - segment.index_txids[j]
+        left = skip + want
+        average = segment.size_bytes // max(1, segment.record_count)
+        size = max(MIN_READ_BYTES, left * average + average)
+        fd = self._fd(segment.first_txid)
+        while left > 0:
+            chunk = os.pread(fd, size, offset)
+            try:
+                records, consumed = codec.decode(chunk, 0, len(chunk), left)
+            except CorruptRecord as exc:
+                name = segment_name(segment.first_txid)
+                raise CorruptRecord(
+                    f"{exc.message} in segment {name} at offset {offset + exc.offset}",
+                    segment=name,
+                    offset=offset + exc.offset,
+                ) from None
+            if not records:
+                if len(chunk) < size:
+                    raise CorruptRecord(
+                        f"segment {segment_name(segment.first_txid)} ends before txid "
+                        f"{from_txid + want - 1}",
+                        segment=segment_name(segment.first_txid),
+                        offset=offset,
+                    )
+                size *= 2  # one frame longer than the read
+                continue
+            left -= len(records)
+            if skip:
+                dropped = min(skip, len(records))
+                records = records[dropped:]
+                skip -= dropped
+            out.extend(records)
+            offset += consumed
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()

@@ -1,0 +1,117 @@
+"""Crash recovery decisions over segment summaries (L8). [core]
+
+Rule 1: only the newest segment may end badly. A torn tail there (an incomplete frame, or damaged
+frames with no valid frame after them) was never acknowledged: it is cut.
+Rule 2: damage followed by a valid record is not a torn write but corruption of data that may have
+been acknowledged: refuse to start, naming the segment file and offset.
+Rule 3: segments must cover txids without gaps or overlaps; a missing file is corruption.
+The journal gathers the inputs (summaries, a scan of the newest segment) and executes the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from amps.errors import CorruptRecord
+from amps.log.dedup import PublisherMarks
+from amps.log.segments import SegmentSummary
+
+__all__ = ["RecoveryPlan", "TailScan", "check_sealed", "plan_recovery"]
+
+
+@dataclass(frozen=True, slots=True)
+class TailScan:
+    """The newest segment, decoded from its start until the end of the file or the first damage."""
+
+    name: str
+    summary: SegmentSummary  # valid records only; summary.size_bytes is where they end
+    file_size_bytes: int
+    problem: str = ""  # why decoding stopped before the end of the file ("" if it did not)
+    next_valid_offset: int | None = None  # a valid frame found after the damage, if any
+
+    def __post_init__(self) -> None:
+        assert self.summary.size_bytes <= self.file_size_bytes
+        if self.summary.size_bytes == self.file_size_bytes:
+            assert self.next_valid_offset is None
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPlan:
+    """What to cut and where the log stands after recovery."""
+
+    truncate_to_bytes: int | None  # new size of the newest segment, None when nothing to cut
+    cut_reason: str
+    first_txid: int  # the oldest txid in the log (next_txid when the log is empty)
+    next_txid: int
+    last_timestamp_us: int
+    marks: PublisherMarks
+
+
+def _check_contiguous(name: str, summary: SegmentSummary, expected_txid: int | None) -> None:
+    if expected_txid is not None and summary.first_txid != expected_txid:
+        raise CorruptRecord(
+            f"segment {name} starts at txid {summary.first_txid}, expected {expected_txid}: "
+            "a segment file is missing, duplicated or damaged",
+            segment=name,
+            offset=0,
+        )
+
+
+def check_sealed(scan: TailScan) -> None:
+    """Rule 1: a segment followed by another one must decode to its very end."""
+    if scan.summary.size_bytes < scan.file_size_bytes:
+        offset = scan.summary.size_bytes
+        raise CorruptRecord(
+            f"{scan.problem or 'incomplete record'} in segment {scan.name} at offset {offset}, "
+            "which is not the newest segment: refusing to start on a corrupt transaction log",
+            segment=scan.name,
+            offset=offset,
+        )
+
+
+def plan_recovery(
+    sealed: Sequence[tuple[str, SegmentSummary]], tail: TailScan | None
+) -> RecoveryPlan:
+    """Decide the recovery of a log made of `sealed` segments (oldest first) and `tail`.
+
+    Raises CorruptRecord when the log cannot be trusted (rules 2 and 3).
+    """
+    marks = PublisherMarks()
+    expected: int | None = None
+    last_ts = 0
+    first_txid: int | None = None
+    segments = [*sealed, (tail.name, tail.summary)] if tail is not None else list(sealed)
+    for name, summary in segments:
+        _check_contiguous(name, summary, expected)
+        if first_txid is None:
+            first_txid = summary.first_txid
+        for publisher_id, (_low, high) in summary.publishers.items():
+            marks.advance(publisher_id, high)
+        if summary.record_count:
+            if summary.first_timestamp_us < last_ts:
+                raise CorruptRecord(
+                    f"segment {name} starts before the previous segment ends (timestamps)",
+                    segment=name,
+                )
+            last_ts = summary.last_timestamp_us
+        expected = summary.last_txid + 1
+    truncate: int | None = None
+    reason = ""
+    if tail is not None and tail.summary.size_bytes < tail.file_size_bytes:
+        offset = tail.summary.size_bytes
+        if tail.next_valid_offset is not None:
+            raise CorruptRecord(
+                f"{tail.problem or 'damaged record'} in segment {tail.name} at offset {offset}, "
+                f"followed by a valid record at offset {tail.next_valid_offset}: refusing to "
+                "start on a corrupt transaction log",
+                segment=tail.name,
+                offset=offset,
+            )
+        truncate = offset
+        reason = (
+            f"cut torn tail of segment {tail.name} at offset {offset} "
+            f"({tail.file_size_bytes - offset} bytes: {tail.problem or 'incomplete record'})"
+        )
+    start = 1 if first_txid is None else first_txid
+    return RecoveryPlan(truncate, reason, start, expected or start, last_ts, marks)

@@ -1,0 +1,194 @@
+"""Segment summaries: what recovery and lookups need to know about a segment without reading it.
+
+[core] A summary holds the txid and timestamp range, the record count, the size, each
+publisher's sequence range, and a sparse index (txid, offset, timestamp) every ~64 KiB. It is
+stored next to a sealed segment as a sidecar file with its own CRC32C.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from array import array
+from dataclasses import dataclass, field
+
+import google_crc32c
+
+__all__ = [
+    "INDEX_EVERY_BYTES",
+    "SegmentBuilder",
+    "SegmentSummary",
+    "decode_summary",
+    "encode_summary",
+    "parse_segment_name",
+    "segment_name",
+    "summary_name",
+]
+
+INDEX_EVERY_BYTES = 64 * 1024
+_SIDE_MAGIC = b"AMPSSUM1"
+_SIDE_HEADER = struct.Struct("<8sQQQQQQII")
+_NAME_RE = re.compile(r"(\d{20})\.journal")
+
+
+def segment_name(first_txid: int) -> str:
+    """File name of the segment whose first record has `first_txid`; sorts by txid."""
+    return f"{first_txid:020d}.journal"
+
+
+def summary_name(first_txid: int) -> str:
+    return f"{first_txid:020d}.summary"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The first txid a segment file name announces, or None for other files."""
+    match = _NAME_RE.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSummary:
+    """What is known about one segment's valid records (the arrays are never mutated)."""
+
+    first_txid: int
+    last_txid: int  # first_txid - 1 when empty
+    first_timestamp_us: int
+    last_timestamp_us: int
+    record_count: int
+    size_bytes: int
+    publishers: dict[int, tuple[int, int]]  # publisher_id -> (min seq, max seq)
+    index_txids: array[int] = field(default_factory=lambda: array("Q"))
+    index_offsets: array[int] = field(default_factory=lambda: array("Q"))
+    index_timestamps_us: array[int] = field(default_factory=lambda: array("Q"))
+
+    def __post_init__(self) -> None:
+        assert self.last_txid - self.first_txid + 1 == self.record_count, self
+        assert len(self.index_txids) == len(self.index_offsets) == len(self.index_timestamps_us)
+
+    def seq_range(self, publisher_id: int) -> tuple[int, int] | None:
+        """(min, max) sequence number of `publisher_id` in this segment, None if absent."""
+        return self.publishers.get(publisher_id)
+
+
+class SegmentBuilder:
+    """Accumulates a summary as records are appended to, or scanned from, one segment."""
+
+    __slots__ = (
+        "_first_seq",
+        "_index_offsets",
+        "_index_timestamps_us",
+        "_index_txids",
+        "_last_seq",
+        "_next_index_offset",
+        "first_timestamp_us",
+        "first_txid",
+        "last_timestamp_us",
+        "last_txid",
+        "size_bytes",
+    )
+
+    def __init__(self, first_txid: int) -> None:
+        assert first_txid >= 1
+        self.first_txid = first_txid
+        self.last_txid = first_txid - 1
+        self.first_timestamp_us = 0
+        self.last_timestamp_us = 0
+        self.size_bytes = 0
+        self._first_seq: dict[int, int] = {}
+        self._last_seq: dict[int, int] = {}
+        self._index_txids: array[int] = array("Q")
+        self._index_offsets: array[int] = array("Q")
+        self._index_timestamps_us: array[int] = array("Q")
+        self._next_index_offset = 0
+
+    @property
+    def record_count(self) -> int:
+        return self.last_txid - self.first_txid + 1
+
+    def add(self, frame_size_bytes: int, txid: int, timestamp_us: int, pub: int, seq: int) -> int:
+        """Account for one frame appended at the end; return the offset it starts at."""
+        assert txid == self.last_txid + 1, (txid, self.last_txid)
+        offset = self.size_bytes
+        if offset >= self._next_index_offset:
+            self._index_txids.append(txid)
+            self._index_offsets.append(offset)
+            self._index_timestamps_us.append(timestamp_us)
+            self._next_index_offset = offset + INDEX_EVERY_BYTES
+        if txid == self.first_txid:
+            self.first_timestamp_us = timestamp_us
+        self.last_txid = txid
+        self.last_timestamp_us = timestamp_us
+        self.size_bytes = offset + frame_size_bytes
+        if pub:
+            if seq > self._last_seq.get(pub, 0):
+                self._last_seq[pub] = seq
+            if seq < self._first_seq.setdefault(pub, seq):
+                self._first_seq[pub] = seq
+        return offset
+
+    # The live sparse index: appended to, never rewritten, so readers may hold on to it.
+    @property
+    def index_txids(self) -> array[int]:
+        return self._index_txids
+
+    @property
+    def index_offsets(self) -> array[int]:
+        return self._index_offsets
+
+    @property
+    def index_timestamps_us(self) -> array[int]:
+        return self._index_timestamps_us
+
+    def seq_range(self, publisher_id: int) -> tuple[int, int] | None:
+        top = self._last_seq.get(publisher_id)
+        return None if top is None else (self._first_seq[publisher_id], top)
+
+    def summary(self) -> SegmentSummary:
+        """A snapshot of everything added so far."""
+        publishers = {pub: (self._first_seq[pub], top) for pub, top in self._last_seq.items()}
+        return SegmentSummary(
+            self.first_txid, self.last_txid, self.first_timestamp_us, self.last_timestamp_us,
+            self.record_count, self.size_bytes, publishers,
+            array("Q", self._index_txids), array("Q", self._index_offsets),
+            array("Q", self._index_timestamps_us),
+        )  # fmt: skip
+
+
+def encode_summary(summary: SegmentSummary) -> bytes:
+    """Sidecar bytes: header, publisher ranges, sparse index, CRC32C of all of it."""
+    head = _SIDE_HEADER.pack(
+        _SIDE_MAGIC, summary.first_txid, summary.last_txid, summary.first_timestamp_us,
+        summary.last_timestamp_us, summary.record_count, summary.size_bytes,
+        len(summary.publishers), len(summary.index_txids),
+    )  # fmt: skip
+    pubs = array(
+        "Q", [v for p, (lo, hi) in sorted(summary.publishers.items()) for v in (p, lo, hi)]
+    )
+    body = b"".join(
+        (head, pubs.tobytes(), summary.index_txids.tobytes(), summary.index_offsets.tobytes(),
+         summary.index_timestamps_us.tobytes())
+    )  # fmt: skip
+    return body + struct.pack("<I", google_crc32c.value(body))
+
+
+def decode_summary(data: bytes) -> SegmentSummary | None:
+    """The summary in a sidecar, or None when it is damaged in any way (then rescan)."""
+    if len(data) < _SIDE_HEADER.size + 4:
+        return None
+    body, (crc,) = data[:-4], struct.unpack("<I", data[-4:])
+    if google_crc32c.value(body) != crc:
+        return None
+    magic, first, last, first_ts, last_ts, count, size, npub, nidx = _SIDE_HEADER.unpack_from(body)
+    if magic != _SIDE_MAGIC or len(body) != _SIDE_HEADER.size + 8 * (3 * npub + 3 * nidx):
+        return None
+    if last - first + 1 != count:
+        return None
+    words = array("Q")
+    words.frombytes(body[_SIDE_HEADER.size :])
+    pubs = {words[i]: (words[i + 1], words[i + 2]) for i in range(0, 3 * npub, 3)}
+    base = 3 * npub
+    return SegmentSummary(
+        first, last, first_ts, last_ts, count, size, pubs,
+        words[base : base + nidx], words[base + nidx : base + 2 * nidx],
+        words[base + 2 * nidx : base + 3 * nidx],
+    )  # fmt: skip

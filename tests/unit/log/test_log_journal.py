@@ -1,0 +1,355 @@
+"""Journal on real files: rotation, reopen, torn tails, corruption, marks, group commit (L1-L8)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from amps.errors import CorruptRecord, InvalidBookmark, JournalError
+from amps.log.bookmarks import (
+    AtBookmark,
+    AtTimestamp,
+    Bookmark,
+    BookmarkList,
+    Epoch,
+    Now,
+    parse_bookmark_spec,
+)
+from amps.log.journal import Journal
+from amps.log.records import PublishRecord, QueueAction, QueueRecord, TransferRecord
+
+SEGMENT_SIZE_BYTES = 16 * 1024
+
+
+def _open(directory: Path, **kwargs: object) -> Journal:
+    return Journal.open(directory, segment_size_bytes=SEGMENT_SIZE_BYTES, **kwargs)  # type: ignore[arg-type]
+
+
+async def _fill(journal: Journal, count: int, *, publisher_id: int = 7, start_seq: int = 1) -> None:
+    for i in range(count):
+        seq = start_seq + i
+        journal.append_publish(
+            topic="orders", data=b"m%05d" % seq + b"." * 200, publisher_id=publisher_id,
+            seq=seq, timestamp_us=1_000_000 + seq * 10,
+        )  # fmt: skip
+    await journal.commit()
+
+
+def _segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.journal"))
+
+
+def _summaries(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.summary"))
+
+
+async def test_append_commit_read_round_trip(tmp_path: Path) -> None:
+    """L1: every record gets the next txid and reads back identical after commit."""
+    journal = _open(tmp_path)
+    published = [
+        journal.append_publish(topic="t", data=bytes([i]) * 10, publisher_id=5, seq=i + 1,
+                               timestamp_us=100 + i, correlation_id=f"c{i}", expiration_s=i)
+        for i in range(20)
+    ]  # fmt: skip
+    ack = journal.append(QueueRecord(0, 200, "q", QueueAction.ACK, (Bookmark(5, 1),), (1, 2)))
+    move = journal.append(TransferRecord(0, 201, "q", Bookmark(5, 2), "amps-1", "amps-2"))
+    assert journal.read(1, 100) == []  # nothing durable yet
+    assert await journal.commit() == 22
+    assert journal.read(1, 100) == [*published, ack, move]
+    assert journal.read(21, 100) == [ack, move]
+    assert [r.txid for r in journal.read(3, 4)] == [3, 4, 5, 6]
+    assert published[0].origin_instance == "amps-1"
+    assert published[0].origin_txid == 1
+    await journal.close()
+
+
+async def test_timestamps_never_go_back(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    journal.append_publish(topic="t", data=b"a", publisher_id=1, seq=1, timestamp_us=500)
+    late = journal.append_publish(topic="t", data=b"b", publisher_id=1, seq=2, timestamp_us=100)
+    assert late.timestamp_us == 500
+    await journal.close()
+
+
+async def test_rotation_and_reopen_keep_everything(tmp_path: Path) -> None:
+    """Segments rotate at segment_size_bytes; a reopen sees every record and the same marks."""
+    journal = _open(tmp_path)
+    await _fill(journal, 300)
+    assert journal.segment_count > 3
+    assert all(p.stat().st_size <= SEGMENT_SIZE_BYTES for p in _segments(tmp_path))
+    assert len(_summaries(tmp_path)) == journal.segment_count - 1
+    before = journal.read(1, 1000)
+    await journal.close()
+    reopened = _open(tmp_path)
+    assert reopened.last_txid == 300
+    assert reopened.durable_txid == 300
+    assert reopened.read(1, 1000) == before
+    assert reopened.marks.high_water(7) == 300
+    await _fill(reopened, 10, start_seq=301)
+    assert reopened.read(295, 100)[-1].txid == 310
+    await reopened.close()
+
+
+async def test_missing_or_damaged_summary_is_rebuilt(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    await _fill(journal, 200)
+    await journal.close()
+    summaries = _summaries(tmp_path)
+    summaries[0].unlink()
+    summaries[1].write_bytes(b"garbage")
+    reopened = _open(tmp_path)
+    assert reopened.last_txid == 200
+    assert reopened.marks.high_water(7) == 200
+    assert len(reopened.read(1, 1000)) == 200
+    await reopened.close()
+    assert len(_summaries(tmp_path)) == len(summaries)
+
+
+@pytest.mark.parametrize("garbage", [b"\x00" * 100, b"\xa3", b"junk-after-crash"])
+async def test_torn_tail_garbage_is_cut(tmp_path: Path, garbage: bytes) -> None:
+    """L8: garbage at the very end of the newest segment is cut, never served."""
+    journal = _open(tmp_path)
+    await _fill(journal, 30)
+    await journal.close()
+    newest = _segments(tmp_path)[-1]
+    size = newest.stat().st_size
+    with newest.open("ab") as f:
+        f.write(garbage)
+    reopened = _open(tmp_path)
+    assert reopened.last_txid == 30
+    assert "cut torn tail" in reopened.recovery_note
+    assert newest.stat().st_size == size
+    await _fill(reopened, 5, start_seq=31)
+    assert len(reopened.read(1, 100)) == 35
+    await reopened.close()
+
+
+async def test_partial_last_record_is_cut(tmp_path: Path) -> None:
+    """L8: a record cut short by a crash (every truncation point of it) disappears."""
+    journal = _open(tmp_path)
+    await _fill(journal, 10)
+    await journal.close()
+    newest = _segments(tmp_path)[-1]
+    whole = newest.read_bytes()
+    frame_size = len(whole) // 10
+    for keep in (1, 11, 12, 50, frame_size - 1):
+        newest.write_bytes(whole[: len(whole) - frame_size + keep])
+        reopened = _open(tmp_path)
+        assert reopened.last_txid == 9
+        assert newest.stat().st_size == len(whole) - frame_size
+        await reopened.close()
+
+
+async def test_bad_crc_in_last_record_is_cut(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    await _fill(journal, 10)
+    await journal.close()
+    newest = _segments(tmp_path)[-1]
+    data = bytearray(newest.read_bytes())
+    data[-3] ^= 0x01
+    newest.write_bytes(bytes(data))
+    reopened = _open(tmp_path)
+    assert reopened.last_txid == 9
+    await reopened.close()
+
+
+async def test_corruption_followed_by_valid_records_refuses_to_start(tmp_path: Path) -> None:
+    """L8: a damaged record with valid records after it is corruption: refuse, name the spot."""
+    journal = _open(tmp_path)
+    await _fill(journal, 10)
+    await journal.close()
+    newest = _segments(tmp_path)[-1]
+    data = bytearray(newest.read_bytes())
+    frame_size = len(data) // 10
+    data[3 * frame_size + 40] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecord) as caught:
+        _open(tmp_path)
+    assert caught.value.segment == newest.name
+    assert caught.value.offset == 3 * frame_size
+    assert newest.stat().st_size == len(data)  # nothing was cut
+    assert newest.name in str(caught.value)
+
+
+async def test_corruption_in_a_sealed_segment_refuses_to_start(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    await _fill(journal, 200)
+    await journal.close()
+    first = _segments(tmp_path)[0]
+    (tmp_path / first.name.replace(".journal", ".summary")).unlink()
+    data = bytearray(first.read_bytes())
+    data[-5] ^= 0x10  # the last record of a sealed segment: still refused
+    first.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecord) as caught:
+        _open(tmp_path)
+    assert caught.value.segment == first.name
+
+
+async def test_missing_segment_refuses_to_start(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    await _fill(journal, 200)
+    await journal.close()
+    middle = _segments(tmp_path)[1]
+    middle.unlink()
+    with pytest.raises(CorruptRecord, match="missing"):
+        _open(tmp_path)
+
+
+async def test_marks_survive_restart(tmp_path: Path) -> None:
+    """L4: high-water marks of every publisher come back after a restart."""
+    journal = _open(tmp_path)
+    await _fill(journal, 150, publisher_id=1)
+    await _fill(journal, 3, publisher_id=2, start_seq=40)
+    await journal.close()
+    reopened = _open(tmp_path)
+    assert reopened.marks.is_duplicate(1, 150)
+    assert not reopened.marks.is_duplicate(1, 151)
+    assert reopened.marks.high_water(2) == 42
+    assert not reopened.marks.is_duplicate(3, 1)
+    await reopened.close()
+
+
+async def test_concurrent_commits_share_one_fsync(tmp_path: Path) -> None:
+    """L2: one fsync covers every record appended since the last (group commit)."""
+    journal = _open(tmp_path)
+    observed: list[float] = []
+    journal.on_fsync = observed.append
+
+    async def publish_and_commit(seq: int) -> int:
+        journal.append_publish(topic="t", data=b"x", publisher_id=9, seq=seq, timestamp_us=seq)
+        return await journal.commit()
+
+    results = await asyncio.gather(*(publish_and_commit(i) for i in range(1, 101)))
+    assert journal.fsync_count <= 2
+    assert len(observed) == journal.fsync_count
+    assert all(r >= seq for r, seq in zip(results, range(1, 101), strict=True))
+    assert journal.durable_txid == 100
+    await journal.close()
+
+
+async def test_appends_continue_while_an_fsync_runs(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    journal.append_publish(topic="t", data=b"x", publisher_id=9, seq=1, timestamp_us=1)
+    first = asyncio.ensure_future(journal.commit())
+    await asyncio.sleep(0)
+    journal.append_publish(topic="t", data=b"y", publisher_id=9, seq=2, timestamp_us=2)
+    assert await journal.commit() == 2
+    assert await first >= 1
+    await journal.close()
+
+
+async def test_fsync_failure_fails_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An fsync error is JournalError, and the journal refuses every later write."""
+    journal = _open(tmp_path)
+    journal.append_publish(topic="t", data=b"x", publisher_id=9, seq=1, timestamp_us=1)
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(JournalError, match="fsync failed"):
+        await journal.commit()
+    monkeypatch.undo()
+    assert journal.durable_txid == 0
+    with pytest.raises(JournalError):
+        journal.append_publish(topic="t", data=b"x", publisher_id=9, seq=2, timestamp_us=2)
+    with pytest.raises(JournalError):
+        await journal.commit()
+    await journal.close()
+
+
+async def test_flusher_commits_without_being_asked(tmp_path: Path) -> None:
+    journal = _open(tmp_path, flush_interval_ms=5)
+    journal.start_flusher()
+    journal.append_publish(topic="t", data=b"x", publisher_id=9, seq=1, timestamp_us=1)
+    for _ in range(200):
+        if journal.durable_txid == 1:
+            break
+        await asyncio.sleep(0.005)
+    assert journal.durable_txid == 1
+    await journal.close()
+
+
+async def test_second_writer_is_refused(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    with pytest.raises(JournalError, match="in use"):
+        _open(tmp_path)
+    await journal.close()
+
+
+async def test_read_only_open_never_cuts(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    await _fill(journal, 20)
+    await journal.close()
+    newest = _segments(tmp_path)[-1]
+    with newest.open("ab") as f:
+        f.write(b"\xa3\xb5")
+    size = newest.stat().st_size
+    reader = _open(tmp_path, read_only=True)
+    assert reader.last_txid == 20
+    assert len(reader.read(1, 100)) == 20
+    with pytest.raises(JournalError, match="read-only"):
+        reader.append_publish(topic="t", data=b"x", publisher_id=9, seq=1, timestamp_us=1)
+    reader.close_read_only()
+    assert newest.stat().st_size == size
+
+
+async def test_find_start_every_spec_kind(tmp_path: Path) -> None:
+    """L7: epoch, now, bookmark, timestamp and lists resolve to the first txid to replay."""
+    journal = _open(tmp_path)
+    await _fill(journal, 200, publisher_id=7)  # txid n has seq n, timestamp 1_000_000 + 10 n
+    journal.append_publish(topic="t", data=b"p", publisher_id=8, seq=5, timestamp_us=1_003_000)
+    assert journal.find_start(Epoch()) == 1
+    assert journal.find_start(Now()) == 202
+    assert journal.find_start(AtBookmark(Bookmark(7, 1))) == 2
+    assert journal.find_start(AtBookmark(Bookmark(7, 150))) == 151
+    assert journal.find_start(AtBookmark(Bookmark(8, 5))) == 202  # not yet committed: found
+    assert journal.find_start(AtTimestamp(0)) == 1
+    assert journal.find_start(AtTimestamp(1_000_000 + 10 * 123)) == 123
+    assert journal.find_start(AtTimestamp(1_000_000 + 10 * 123 - 5)) == 123
+    assert journal.find_start(AtTimestamp(1_002_500)) == 201
+    assert journal.find_start(AtTimestamp(9_999_999)) == 202
+    spec = BookmarkList((AtBookmark(Bookmark(7, 90)), AtBookmark(Bookmark(7, 40))))
+    assert journal.find_start(spec) == 41
+    partly_unknown = BookmarkList((AtBookmark(Bookmark(3, 1)), AtBookmark(Bookmark(7, 40))))
+    assert journal.find_start(partly_unknown) == 41
+    with pytest.raises(InvalidBookmark, match="bookmark not found in the transaction log"):
+        journal.find_start(AtBookmark(Bookmark(7, 999)))
+    with pytest.raises(InvalidBookmark, match="bookmark not found"):
+        journal.find_start(AtBookmark(Bookmark(123, 1)))
+    assert journal.find_start(parse_bookmark_spec("0")) == 1
+    await journal.close()
+    reopened = _open(tmp_path)
+    assert reopened.find_start(AtBookmark(Bookmark(7, 150))) == 151
+    assert reopened.find_start(AtTimestamp(1_000_000 + 10 * 77)) == 77
+    await reopened.close()
+
+
+async def test_empty_journal(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    assert journal.last_txid == 0
+    assert journal.find_start(Epoch()) == 1
+    assert journal.find_start(Now()) == 1
+    assert journal.read(1, 10) == []
+    assert await journal.commit() == 0
+    assert journal.fsync_count == 0
+    await journal.close()
+
+
+async def test_replicated_publish_keeps_its_origin(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    record = journal.append_publish(
+        topic="t", data=b"x", publisher_id=9, seq=1, timestamp_us=1,
+        origin_instance="amps-2", origin_group="east", origin_txid=77,
+    )  # fmt: skip
+    await journal.commit()
+    assert journal.read(1, 1) == [record]
+    assert isinstance(record, PublishRecord)
+    origin = (record.origin_instance, record.origin_group, record.origin_txid)
+    assert origin == ("amps-2", "east", 77)
+    await journal.close()
