@@ -160,6 +160,8 @@ def _parse_item(text: str) -> Epoch | Now | AtBookmark | AtTimestamp:
         return Epoch()
     if text == "0|1|":
         return Now()
+    if text[:1] in "[(":
+        raise InvalidBookmark(f"invalid bookmark {text!r}: bookmark ranges are not supported")
     if "|" in text:
         return AtBookmark(Bookmark.parse(text))
     stamp = _parse_timestamp(text)
@@ -167,8 +169,6 @@ def _parse_item(text: str) -> Epoch | Now | AtBookmark | AtTimestamp:
         return stamp
     if text.lower() == "recent":
         raise InvalidBookmark("bookmark 'recent' is resolved by the client's bookmark store")
-    if text[:1] in "[(":
-        raise InvalidBookmark(f"invalid bookmark {text!r}: bookmark ranges are not supported")
     raise InvalidBookmark(
         f"invalid bookmark {text!r}: expected 0 (epoch), 0|1| (now), <publisher>|<sequence>|, "
         "a timestamp YYYYmmddTHHMMSS[Z] or a comma-separated list of these"

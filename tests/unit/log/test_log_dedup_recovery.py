@@ -1,0 +1,103 @@
+"""Duplicate detection (L4) and recovery planning over synthetic segment summaries (L8)."""
+
+from __future__ import annotations
+
+from array import array
+
+import pytest
+
+from amps.errors import CorruptRecord
+from amps.log.dedup import PublisherMarks
+from amps.log.recovery import TailScan, check_sealed, plan_recovery
+from amps.log.segments import SegmentBuilder, SegmentSummary, decode_summary, encode_summary
+
+
+def test_duplicates_are_at_or_below_the_high_water_mark() -> None:
+    """L4: equal or lower sequence numbers are duplicates; nothing else is."""
+    marks = PublisherMarks()
+    assert not marks.is_duplicate(1, 1)
+    marks.advance(1, 5)
+    assert marks.is_duplicate(1, 5)
+    assert marks.is_duplicate(1, 2)
+    assert not marks.is_duplicate(1, 6)
+    assert not marks.is_duplicate(2, 1)
+    marks.advance(1, 3)  # never moves back
+    assert marks.high_water(1) == 5
+    assert marks.next_seq(1) == 6
+    other = PublisherMarks([(1, 4), (2, 9)])
+    marks.merge(other)
+    assert dict(marks.items()) == {1: 5, 2: 9}
+    assert marks == PublisherMarks([(2, 9), (1, 5)])
+    assert len(marks.copy()) == 2
+
+
+def _summary(first: int, count: int, ts: int = 0, pubs: dict[int, tuple[int, int]] | None = None,
+             size: int = 1000) -> SegmentSummary:  # fmt: skip
+    return SegmentSummary(first, first + count - 1, ts, ts + count, count, size, pubs or {})
+
+
+def _tail(first: int, count: int, file_size: int, valid_size: int, *, next_valid: int | None = None,
+          problem: str = "") -> TailScan:  # fmt: skip
+    summary = _summary(first, count, ts=10_000, size=valid_size)
+    return TailScan("t.journal", summary, file_size, problem, next_valid)
+
+
+def test_clean_log_needs_no_cut() -> None:
+    plan = plan_recovery(
+        [
+            ("a", _summary(1, 10, ts=0, pubs={7: (1, 10)})),
+            ("b", _summary(11, 5, ts=100, pubs={7: (11, 15)})),
+        ],
+        _tail(16, 3, 500, 500),
+    )
+    assert plan.truncate_to_bytes is None
+    assert (plan.first_txid, plan.next_txid) == (1, 19)
+    assert plan.marks.high_water(7) == 15
+
+
+def test_empty_log() -> None:
+    plan = plan_recovery([], None)
+    assert (plan.first_txid, plan.next_txid, plan.truncate_to_bytes) == (1, 1, None)
+
+
+def test_torn_tail_is_cut() -> None:
+    """L8: damage with nothing valid after it, at the end of the newest segment, is cut."""
+    plan = plan_recovery([("a", _summary(1, 10))], _tail(11, 2, 700, 650, problem="bad magic"))
+    assert plan.truncate_to_bytes == 650
+    assert "650" in plan.cut_reason
+    assert plan.next_txid == 13
+
+
+def test_damage_followed_by_valid_record_is_refused() -> None:
+    with pytest.raises(CorruptRecord, match="followed by a valid record") as caught:
+        plan_recovery([], _tail(1, 2, 700, 100, next_valid=300, problem="frame checksum mismatch"))
+    assert (caught.value.segment, caught.value.offset) == ("t.journal", 100)
+
+
+def test_a_gap_between_segments_is_refused() -> None:
+    with pytest.raises(CorruptRecord, match="starts at txid 12, expected 11"):
+        plan_recovery([("a", _summary(1, 10)), ("b", _summary(12, 3))], None)
+
+
+def test_a_sealed_segment_must_end_cleanly() -> None:
+    check_sealed(_tail(1, 2, 100, 100))
+    with pytest.raises(CorruptRecord, match="not the newest segment"):
+        check_sealed(_tail(1, 2, 700, 650))
+
+
+def test_sidecar_round_trip_and_damage() -> None:
+    builder = SegmentBuilder(5)
+    for i in range(100):
+        builder.add(1000, 5 + i, 100 + i, 7 if i % 2 else 8, i + 1)
+    summary = builder.summary()
+    data = encode_summary(summary)
+    decoded = decode_summary(data)
+    assert decoded == summary
+    assert summary.seq_range(7) == (2, 100)
+    assert list(summary.index_txids) == [5, 71]  # every 64 KiB: offsets 0 and 66,000
+    for cut in (0, 10, len(data) - 1):
+        assert decode_summary(data[:cut]) is None
+    flipped = bytearray(data)
+    flipped[20] ^= 1
+    assert decode_summary(bytes(flipped)) is None
+    assert summary.index_offsets == array("Q", [0, 66_000])
