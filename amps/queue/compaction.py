@@ -16,7 +16,10 @@ MIN_GARBAGE = 1024
 
 
 def maybe_compact(state: QueueState) -> None:
-    """Run whichever rebuilds are due."""
+    """Run whichever rebuilds are due; checked once per MIN_GARBAGE removals."""
+    if state.removals_since_check < MIN_GARBAGE:
+        return
+    state.removals_since_check = 0
     table = state.table
     if table.wants_compaction():
         expiry_txid = _txid_at(state, state.expiry_slot)

@@ -27,11 +27,17 @@ from amps.queue.table import AVAILABLE, COUNT_MAX, INACTIVE, LEASED
 def settle(state: QueueState, now_ms: int, actions: list[Action]) -> None:
     """Activate, deliver and release barriers until nothing more can happen."""
     while True:
-        progress = refill(state)
-        progress += pump(state, now_ms, actions)
-        progress += release_barriers(state, actions)
-        if not progress:
+        refill(state)
+        if state.order:
+            pump(state, now_ms, actions)
+        released = release_barriers(state, actions)
+        if not released and not _can_refill(state):
             return
+
+
+def _can_refill(state: QueueState) -> bool:
+    target = state.policy.target_queue_depth
+    return target is not None and state.active_count < target and state.inactive_count > 0
 
 
 def refill(state: QueueState) -> int:
@@ -55,7 +61,7 @@ def pump(state: QueueState, now_ms: int, actions: list[Action]) -> int:
     """Deliver while some subscription with room matches an eligible message."""
     delivered = 0
     while state.queue_has_room():
-        ready = [sub for sub in state.order if sub.has_room]
+        ready = [sub for sub in state.order if len(sub.leased) < sub.backlog]
         if not ready:
             break
         found = _next_message(state, ready)

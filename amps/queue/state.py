@@ -70,6 +70,7 @@ class QueueState:
         self.deferred_heap: list[tuple[int, int, int]] = []
         self.last_txid = -1
         self.counters = Counters()
+        self.removals_since_check = 0  # compaction is considered every so many removals
 
     # -- queries -------------------------------------------------------------------------
 
@@ -207,6 +208,7 @@ class QueueState:
         if table.flags[slot] & BARRIER:
             self.barriers.remove(txid)
         table.mark_removed(slot)
+        self.removals_since_check += 1
         self._count_removal(reason, expire_reasons)
         if record:
             actions.append(RecordRemoval(txid, reason, expire_reasons))
@@ -238,6 +240,7 @@ class QueueState:
         if reasons:
             self.remove(slot, RemovalReason.EXPIRED, actions, reasons)
             return
+        self.removals_since_check += 1  # a broken lease leaves garbage in the lease heap
         self.release_lease(slot)
         table.state[slot] = AVAILABLE
         table.flags[slot] |= IN_RETURNED

@@ -1,0 +1,67 @@
+"""Queue engine memory and throughput: bytes per queued message at 1,000,000 messages, the
+time to publish them, and deliver+ack through 4 subscriptions with backlog 100. Printed, never
+asserted. Run: ``.venv/bin/python -m bench.bench_queue_memory [--messages N]``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+
+from amps.queue import Acked, Deliver, MessagePublished, QueueEngine, QueuePolicy, Subscribed
+
+
+def publish(engine: QueueEngine, count: int) -> float:
+    """Publish `count` messages (one publisher); return seconds taken."""
+    start = time.perf_counter()
+    for txid in range(1, count + 1):
+        engine.handle(MessagePublished(txid, 7, txid, 0), 0)
+    return time.perf_counter() - start
+
+
+def measure_memory(count: int) -> None:
+    """Resident bytes per queued message with no subscribers (tracemalloc)."""
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    engine = QueueEngine(QueuePolicy(lease_period_ms=30_000, expiration_ms=3_600_000))
+    seconds = publish(engine, count)
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    print(f"memory: {(after - before) / count:.1f} bytes/message at {count:,} queued messages")
+    print(f"publish (traced): {count / seconds:,.0f} msgs/s")
+
+
+def measure_throughput(count: int) -> None:
+    """Publish, then deliver+ack everything through 4 subscriptions with backlog 100."""
+    engine = QueueEngine(QueuePolicy(lease_period_ms=30_000, max_per_subscription_backlog=100))
+    seconds = publish(engine, count)
+    print(f"publish: {count / seconds:,.0f} msgs/s ({seconds:.2f} s)")
+    start = time.perf_counter()
+    pending: list[Deliver] = []
+    for i in range(4):
+        actions = engine.handle(Subscribed(f"s{i}", f"c{i}", 100, None), 0)
+        pending.extend(a for a in actions if isinstance(a, Deliver))
+    acked = 0
+    while pending:
+        batch, pending = pending[:100], pending[100:]
+        for delivery in batch:
+            event = Acked(delivery.client_id, [(7, delivery.txid)])
+            actions = engine.handle(event, 1)
+            pending.extend(a for a in actions if isinstance(a, Deliver))
+            acked += 1
+    seconds = time.perf_counter() - start
+    stats = engine.statistics(1)
+    assert acked == count == stats.acked_total
+    print(f"deliver+ack: {count / seconds:,.0f} msgs/s ({seconds:.2f} s, 4 subs, backlog 100)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    args = parser.parse_args()
+    measure_memory(args.messages)
+    measure_throughput(args.messages)
+
+
+if __name__ == "__main__":
+    main()
