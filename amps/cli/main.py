@@ -11,6 +11,7 @@ import click
 COMMAND_MODULES: list[tuple[str, str]] = [
     ("amps.cli.client_cmds", "COMMANDS"),
     ("amps.cli.expr_cmd", "expr"),
+    ("amps.cli.journal_cmd", "journal"),
 ]
 
 
