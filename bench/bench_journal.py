@@ -112,13 +112,13 @@ async def main() -> None:
         print(f"built {args.records:,} x 1 KiB records: {_rate(args.records, seconds)}")
         bench_read(big, 1000)
         bench_read(big, 100)
-        # The newest segment is always scanned; without sidecars every segment is, which is the
-        # worst case of a newest segment holding (nearly) everything.
-        await bench_reopen(big, "with sidecars")
+        await bench_reopen(big, "after a clean close (summaries + checkpoint)")
+        for checkpoint in big.glob("*.tail"):
+            checkpoint.unlink()  # a crash before any checkpoint of the newest segment
+        await bench_reopen(big, "newest segment scanned in full (no checkpoint)")
         for summary in big.glob("*.summary"):
-            summary.unlink()  # worst case: every segment scanned, as if its summary were lost
-        await bench_reopen(big, "without sidecars (full scan, rebuilds them)")
-        await bench_reopen(big, "after rebuild")
+            summary.unlink()  # nothing but segment files: every record is scanned
+        await bench_reopen(big, "every segment scanned (no summaries, rebuilds them)")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

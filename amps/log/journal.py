@@ -24,11 +24,19 @@ from amps.log.reader import Segment, SegmentReader
 from amps.log.records import PublishRecord, Record
 from amps.log.recovery import TailScan, check_sealed, plan_recovery
 from amps.log.segments import SegmentBuilder, SegmentSummary, parse_segment_name
-from amps.log.storage import Rotate, SegmentWriter, load_summary, scan_segment, write_summary
+from amps.log.storage import (
+    Rotate,
+    SegmentWriter,
+    load_checkpoint,
+    load_summary,
+    scan_segment,
+    write_summary,
+)
 
 __all__ = ["Journal", "JournalStatistics"]
 
 FsyncObserver = Callable[[float], None]
+CHECKPOINT_EVERY_BYTES = 32 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,7 @@ class Journal:
         self._failure: JournalError | None = None
         self._lock_fd = -1
         self._closed = False
+        self._checkpoint_at_bytes = CHECKPOINT_EVERY_BYTES
         self.recovery_note = ""
         self.reader = SegmentReader(directory)
 
@@ -133,10 +142,11 @@ class Journal:
             if summary is not None:
                 sealed.append((path.name, summary))
                 continue
-            scan, builder = scan_segment(path, first)
             if i == len(named) - 1:
-                tail, tail_builder = scan, builder
+                start = load_checkpoint(self.directory, first, size)
+                tail, tail_builder = scan_segment(path, first, start)
                 break
+            scan, _builder = scan_segment(path, first)
             check_sealed(scan)
             sealed.append((path.name, scan.summary))
             if not self.read_only:
@@ -152,6 +162,7 @@ class Journal:
         self._last_timestamp_us = plan.last_timestamp_us
         self._sealed = [summary for _name, summary in sealed]
         self._active = tail_builder or SegmentBuilder(plan.next_txid)
+        self._checkpoint_at_bytes = self._active.size_bytes + CHECKPOINT_EVERY_BYTES
         if not self.read_only:
             self._writer = SegmentWriter(self.directory, self._active.first_txid)
 
@@ -248,13 +259,19 @@ class Journal:
             await asyncio.shield(task)
         return self._durable_txid
 
-    async def _flush(self) -> None:
+    async def _flush(self, *, force_checkpoint: bool = False) -> None:
         try:
             batch, last_txid = self._pending, self._next_txid - 1
             self._pending, self._pending_bytes = [], 0
             assert self._writer is not None
+            active = self._active
+            checkpoint = None
+            if force_checkpoint or active.size_bytes >= self._checkpoint_at_bytes:
+                # Bounds the part of the newest segment that a reopen must scan (time to open).
+                checkpoint = active.summary()
+                self._checkpoint_at_bytes = active.size_bytes + CHECKPOINT_EVERY_BYTES
             try:
-                durations = await asyncio.to_thread(self._writer.write_batch, batch)
+                durations = await asyncio.to_thread(self._writer.write_batch, batch, checkpoint)
             except OSError as exc:
                 self._failure = JournalError(f"journal write or fsync failed: {exc}")
                 raise self._failure from exc
@@ -292,6 +309,8 @@ class Journal:
         try:
             if self._failure is None and not self.read_only:
                 await self.commit()
+                if self._flush_task is None:  # a clean close reopens without any scan
+                    await self._flush(force_checkpoint=True)
         finally:
             self._closed = True
             if self._writer is not None:

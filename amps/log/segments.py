@@ -18,6 +18,7 @@ __all__ = [
     "INDEX_EVERY_BYTES",
     "SegmentBuilder",
     "SegmentSummary",
+    "checkpoint_name",
     "decode_summary",
     "encode_summary",
     "parse_segment_name",
@@ -38,6 +39,11 @@ def segment_name(first_txid: int) -> str:
 
 def summary_name(first_txid: int) -> str:
     return f"{first_txid:020d}.summary"
+
+
+def checkpoint_name(first_txid: int) -> str:
+    """Summary of a durable prefix of the active segment, so a reopen scans only the rest."""
+    return f"{first_txid:020d}.tail"
 
 
 def parse_segment_name(name: str) -> int | None:
@@ -100,6 +106,23 @@ class SegmentBuilder:
         self._index_offsets: array[int] = array("Q")
         self._index_timestamps_us: array[int] = array("Q")
         self._next_index_offset = 0
+
+    @classmethod
+    def from_summary(cls, summary: SegmentSummary) -> SegmentBuilder:
+        """A builder that continues after the records `summary` describes."""
+        builder = cls(summary.first_txid)
+        builder.last_txid = summary.last_txid
+        builder.first_timestamp_us = summary.first_timestamp_us
+        builder.last_timestamp_us = summary.last_timestamp_us
+        builder.size_bytes = summary.size_bytes
+        builder._first_seq = {pub: low for pub, (low, _high) in summary.publishers.items()}
+        builder._last_seq = {pub: high for pub, (_low, high) in summary.publishers.items()}
+        builder._index_txids = array("Q", summary.index_txids)
+        builder._index_offsets = array("Q", summary.index_offsets)
+        builder._index_timestamps_us = array("Q", summary.index_timestamps_us)
+        if summary.index_offsets:
+            builder._next_index_offset = summary.index_offsets[-1] + INDEX_EVERY_BYTES
+        return builder
 
     @property
     def record_count(self) -> int:

@@ -22,13 +22,22 @@ from amps.log.recovery import TailScan
 from amps.log.segments import (
     SegmentBuilder,
     SegmentSummary,
+    checkpoint_name,
     decode_summary,
     encode_summary,
     segment_name,
     summary_name,
 )
 
-__all__ = ["Rotate", "SegmentWriter", "iter_keys", "load_summary", "scan_segment"]
+__all__ = [
+    "Rotate",
+    "SegmentWriter",
+    "iter_keys",
+    "load_checkpoint",
+    "load_summary",
+    "scan_segment",
+    "write_summary",
+]
 
 SCAN_CHUNK_BYTES = 16 << 20
 # Frame header followed by the fields every payload starts with, plus a publish's ids: one unpack
@@ -96,15 +105,18 @@ def _keys_in_chunk(
     return off
 
 
-def scan_segment(path: Path, first_txid: int) -> tuple[TailScan, SegmentBuilder]:
+def scan_segment(
+    path: Path, first_txid: int, start: SegmentBuilder | None = None
+) -> tuple[TailScan, SegmentBuilder]:
     """Summarise a segment's valid records; report where and why decoding stopped, if early.
 
-    Also returns the builder, ready to take further appends after the valid records.
+    `start` (a checkpoint) covers a prefix already known valid; scanning resumes after it. Also
+    returns the builder, ready to take further appends after the valid records.
     """
-    builder = SegmentBuilder(first_txid)
+    builder = start or SegmentBuilder(first_txid)
     problem = ""
     try:
-        for _off, size, txid, ts, pub, seq in iter_keys(path):
+        for _off, size, txid, ts, pub, seq in iter_keys(path, builder.size_bytes):
             if txid != builder.last_txid + 1:
                 raise CorruptRecord(
                     f"txid {txid} out of sequence (expected {builder.last_txid + 1})",
@@ -140,20 +152,32 @@ def _find_valid_after(path: Path, offset: int, file_size: int) -> int | None:
 
 def load_summary(directory: Path, first_txid: int, size_bytes: int) -> SegmentSummary | None:
     """The sidecar summary of a sealed segment, or None if missing, damaged or stale."""
-    try:
-        data = (directory / summary_name(first_txid)).read_bytes()
-    except FileNotFoundError:
-        return None
-    summary = decode_summary(data)
+    summary = _read_summary(directory / summary_name(first_txid))
     if summary is None or summary.size_bytes != size_bytes or summary.first_txid != first_txid:
         return None
     return summary
 
 
-def write_summary(directory: Path, summary: SegmentSummary) -> None:
-    """Write a sidecar atomically (temporary file, fsync, rename)."""
-    final = directory / summary_name(summary.first_txid)
-    tmp = final.with_suffix(".summary.tmp")
+def load_checkpoint(directory: Path, first_txid: int, size_bytes: int) -> SegmentBuilder | None:
+    """A builder covering the checkpointed prefix of the newest segment, or None."""
+    summary = _read_summary(directory / checkpoint_name(first_txid))
+    if summary is None or summary.size_bytes > size_bytes or summary.first_txid != first_txid:
+        return None
+    return SegmentBuilder.from_summary(summary)
+
+
+def _read_summary(path: Path) -> SegmentSummary | None:
+    try:
+        return decode_summary(path.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+def write_summary(directory: Path, summary: SegmentSummary, *, checkpoint: bool = False) -> None:
+    """Write a sidecar (or checkpoint) atomically: temporary file, fsync, rename."""
+    name = checkpoint_name if checkpoint else summary_name
+    final = directory / name(summary.first_txid)
+    tmp = final.with_name(final.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         _write_all(fd, encode_summary(summary))
@@ -202,8 +226,14 @@ class SegmentWriter:
             fsync_directory(self.directory)  # the new file's name must survive a crash too
         return fd
 
-    def write_batch(self, items: list[bytes | Rotate]) -> list[float]:
-        """Write the batch and fsync it; return the duration of each fsync in seconds."""
+    def write_batch(
+        self, items: list[bytes | Rotate], checkpoint: SegmentSummary | None = None
+    ) -> list[float]:
+        """Write the batch and fsync it; return the duration of each fsync in seconds.
+
+        `checkpoint`, the active segment's summary at the end of the batch, is written after the
+        fsync, so it never describes bytes that are not durable.
+        """
         durations: list[float] = []
         chunk: list[bytes] = []
         for item in items:
@@ -216,10 +246,13 @@ class SegmentWriter:
             os.close(self._fd)
             self._fd = -1
             write_summary(self.directory, item.summary)
+            (self.directory / checkpoint_name(item.summary.first_txid)).unlink(missing_ok=True)
             self._fd = self._open(item.next_first_txid)
         if chunk:
             _write_all(self._fd, b"".join(chunk))
         durations.append(self._fsync())
+        if checkpoint is not None:
+            write_summary(self.directory, checkpoint, checkpoint=True)
         return durations
 
     def _fsync(self) -> float:

@@ -46,6 +46,16 @@ def _summaries(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.summary"))
 
 
+def _checkpoints(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.tail"))
+
+
+def _forget_checkpoints(directory: Path) -> None:
+    """As after a crash that came before any checkpoint covered the damaged bytes."""
+    for path in directory.glob("*.tail"):
+        path.unlink()
+
+
 async def test_append_commit_read_round_trip(tmp_path: Path) -> None:
     """L1: every record gets the next txid and reads back identical after commit."""
     journal = _open(tmp_path)
@@ -151,6 +161,7 @@ async def test_bad_crc_in_last_record_is_cut(tmp_path: Path) -> None:
     data = bytearray(newest.read_bytes())
     data[-3] ^= 0x01
     newest.write_bytes(bytes(data))
+    _forget_checkpoints(tmp_path)
     reopened = _open(tmp_path)
     assert reopened.last_txid == 9
     await reopened.close()
@@ -166,6 +177,7 @@ async def test_corruption_followed_by_valid_records_refuses_to_start(tmp_path: P
     frame_size = len(data) // 10
     data[3 * frame_size + 40] ^= 0xFF
     newest.write_bytes(bytes(data))
+    _forget_checkpoints(tmp_path)
     with pytest.raises(CorruptRecord) as caught:
         _open(tmp_path)
     assert caught.value.segment == newest.name
@@ -353,3 +365,40 @@ async def test_replicated_publish_keeps_its_origin(tmp_path: Path) -> None:
     origin = (record.origin_instance, record.origin_group, record.origin_txid)
     assert origin == ("amps-2", "east", 77)
     await journal.close()
+
+
+async def test_checkpoint_bounds_the_scan_and_damage_is_caught_on_read(tmp_path: Path) -> None:
+    """A clean close checkpoints the newest segment: reopen trusts that prefix (like a sealed
+    segment's summary) and the CRC still catches damage there when the record is read."""
+    journal = _open(tmp_path)
+    await _fill(journal, 10)
+    await journal.close()
+    assert len(_checkpoints(tmp_path)) == 1
+    newest = _segments(tmp_path)[-1]
+    data = bytearray(newest.read_bytes())
+    frame_size = len(data) // 10
+    data[3 * frame_size + 40] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    reopened = _open(tmp_path)
+    assert reopened.last_txid == 10
+    assert reopened.marks.high_water(7) == 10
+    assert len(reopened.read(1, 3)) == 3
+    with pytest.raises(CorruptRecord, match="checksum") as caught:
+        reopened.read(1, 10)
+    assert (caught.value.segment, caught.value.offset) == (newest.name, 3 * frame_size)
+    await reopened.close()
+
+
+async def test_a_damaged_checkpoint_means_a_full_scan(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    await _fill(journal, 10)
+    await journal.close()
+    (checkpoint,) = _checkpoints(tmp_path)
+    checkpoint.write_bytes(checkpoint.read_bytes()[:-1] + b"?")
+    reopened = _open(tmp_path)
+    assert reopened.last_txid == 10
+    await _fill(reopened, 5, start_seq=11)
+    await reopened.close()
+    again = _open(tmp_path)
+    assert [r.txid for r in again.read(1, 100)] == list(range(1, 16))
+    await again.close()
