@@ -4,6 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 CONFIG ?=
+# Where `make run` keeps its data (the default configuration uses ./data/journal).
+RUN_DIR ?= .
 
 .PHONY: run test lint proto proto-check bench clean venv
 
@@ -23,7 +25,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(VENV)/bin/activate
 venv: $(VENV)/.installed
 
 run: $(VENV)/.installed
-	$(VENV)/bin/amps server $(if $(CONFIG),--config $(CONFIG),)
+	cd $(RUN_DIR) && exec $(abspath $(VENV))/bin/amps server $(if $(CONFIG),--config $(abspath $(CONFIG)),)
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q tests

@@ -197,14 +197,19 @@ def _all_subclasses(cls: type[AmpsError]) -> list[type[AmpsError]]:
     return found
 
 
-_BY_CODE: dict[str, type[AmpsError]] = {
-    c.code: c for c in [AmpsError, *_all_subclasses(AmpsError)] if c.__init__ is AmpsError.__init__
-}
+_CLASSES: list[type[AmpsError]] = [AmpsError, *_all_subclasses(AmpsError)]
+_BY_CODE: dict[str, type[AmpsError]] = {c.code: c for c in _CLASSES}
 
 
 def error_for_code(code: str, message: str) -> AmpsError:
-    """Rebuild an error sent by the instance; classes with extra fields fall back to their base."""
+    """Rebuild an error sent by the instance as the same class, carrying the instance's message.
+
+    Classes with extra constructor fields are rebuilt without them: only the message crosses the
+    wire.
+    """
     cls = _BY_CODE.get(code)
     if cls is None:
         return ServerError(message) if code else AmpsError(message)
-    return cls(message)
+    error = cls.__new__(cls)
+    AmpsError.__init__(error, message)
+    return error

@@ -9,6 +9,7 @@ import click
 # Each module defines a click command or group named by the second element; adding a family is one
 # line here. Modules are imported lazily so `amps --help` stays fast.
 COMMAND_MODULES: list[tuple[str, str]] = [
+    ("amps.cli.server_cmd", "server"),
     ("amps.cli.client_cmds", "COMMANDS"),
     ("amps.cli.expr_cmd", "expr"),
     ("amps.cli.journal_cmd", "journal"),

@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
-import grpc.aio  # type: ignore[import-untyped]  # grpcio ships no type information
+import grpc
+import grpc.aio
 
 from amps.client import commands
 from amps.client.policy import is_link_dead

@@ -1,0 +1,75 @@
+"""`amps server`: start an instance from an AMPS-style XML configuration."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command("server")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="AMPS-style XML configuration (default: the built-in configuration).",
+)
+@click.option("--print-default-config", is_flag=True, help="Print the built-in configuration.")
+@click.option("--check", is_flag=True, help="Validate the configuration and exit.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+def server(
+    config_path: Path | None, print_default_config: bool, check: bool, log_level: str
+) -> None:
+    """Start an instance (gRPC client API, admin HTTP with /metrics, transaction log)."""
+    from amps.config import DEFAULT_CONFIG_XML, load_config
+    from amps.errors import ConfigError
+    from amps.server.fatal import FatalReason, fatal
+
+    if print_default_config:
+        click.echo(DEFAULT_CONFIG_XML, nl=False)
+        return
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if config_path is None:
+        text, base = DEFAULT_CONFIG_XML, Path.cwd()
+    else:
+        try:
+            text = config_path.read_text(encoding="utf-8")
+        except OSError as exc:
+            fatal(FatalReason.CONFIG_INVALID, f"cannot read {config_path}: {exc.strerror}")
+        # Relative paths in a config file are relative to the directory the instance starts in,
+        # as with AMPS.
+        base = Path.cwd()
+    try:
+        config = load_config(text, dict(os.environ), check_expression=_check_expression)
+    except ConfigError as exc:
+        fatal(FatalReason.CONFIG_INVALID, f"{config_path or 'default configuration'}: {exc}")
+    if check:
+        click.echo(f"configuration of instance {config.name} is valid")
+        return
+    from amps.server.app import run
+
+    run(config, base)
+
+
+def _check_expression(text: str, kind: str) -> None:
+    from amps.expr import ExprKind, check_expression
+
+    kinds = {
+        "queue-filter": ExprKind.QUEUE_FILTER,
+        "priority": ExprKind.PRIORITY,
+        "barrier": ExprKind.BARRIER,
+        "filter": ExprKind.FILTER,
+    }
+    check_expression(text, kinds.get(kind, ExprKind.FILTER))

@@ -1,0 +1,1 @@
+"""The asyncio + gRPC adapter: sessions, publish path, subscriptions, admin HTTP. [io]"""

@@ -1,0 +1,91 @@
+"""The admin HTTP server: /metrics for Prometheus and JSON status under /amps. GET only.
+
+A small asyncio HTTP/1.1 responder; the admin surface is a handful of read-only paths, which does
+not justify a web framework dependency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import orjson
+
+log = logging.getLogger("amps.admin")
+
+MAX_REQUEST_BYTES = 8192
+Route = Callable[[], tuple[str, bytes]]
+
+
+class AdminHttpServer:
+    """Serves routes: path -> () -> (content type, body)."""
+
+    def __init__(self, routes: dict[str, Route]) -> None:
+        self.routes = routes
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen; returns the bound port (port 0 picks a free one)."""
+        self._server = await asyncio.start_server(self._handle, host, port)
+        sock = self._server.sockets[0]
+        return int(sock.getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            if len(head) > MAX_REQUEST_BYTES:
+                await self._respond(writer, 431, "text/plain", b"request header too large\n")
+                return
+            request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            parts = request_line.split(" ")
+            if len(parts) != 3:
+                await self._respond(writer, 400, "text/plain", b"bad request line\n")
+                return
+            method, target, _ = parts
+            path = target.split("?", 1)[0]
+            if method != "GET":
+                await self._respond(writer, 405, "text/plain", b"only GET is supported\n")
+                return
+            route = self.routes.get(path)
+            if route is None:
+                body = orjson.dumps({"error": f"no such path {path}", "paths": sorted(self.routes)})
+                await self._respond(writer, 404, "application/json", body)
+                return
+            content_type, body = route()
+            await self._respond(writer, 200, content_type, body)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            pass
+        except ConnectionError:
+            pass
+        except Exception:
+            log.exception("admin request failed")
+            await self._respond(writer, 500, "text/plain", b"internal error\n")
+        finally:
+            writer.close()
+
+    @staticmethod
+    async def _respond(
+        writer: asyncio.StreamWriter, status: int, content_type: str, body: bytes
+    ) -> None:
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            431: "Request Header Fields Too Large",
+            500: "Internal Server Error",
+        }[status]
+        header = (
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode("latin-1")
+        writer.write(header + body)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()

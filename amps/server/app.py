@@ -1,0 +1,225 @@
+"""Build an instance from its configuration, start it, stop it; the single `fatal()` exit.
+
+Start order: config -> journal (recovery) -> instance -> gRPC server -> admin HTTP -> ready line.
+Stop order is the reverse, with a final journal commit so nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import grpc
+import orjson
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from amps import errors
+from amps.config import Config
+from amps.log.journal import Journal
+from amps.metrics import InstanceSnapshot, Metrics
+from amps.server.admin_http import AdminHttpServer
+from amps.server.client_service import ClientService
+from amps.server.fatal import FatalReason, fatal
+from amps.server.instance import Instance
+from amps.v1 import client_pb2, client_pb2_grpc
+
+log = logging.getLogger("amps.server")
+
+# A frame holds many messages; each message is capped separately by MaxMessageSize.
+GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+class Server:
+    """A running instance: journal, instance state, gRPC and admin HTTP servers."""
+
+    def __init__(self, config: Config, base_directory: Path) -> None:
+        self.config = config
+        self.base_directory = base_directory
+        self.stopped = asyncio.Event()
+        self.grpc_port = 0
+        self.admin_port = 0
+        self._grpc: grpc.aio.Server | None = None
+        self._admin: AdminHttpServer | None = None
+        self.instance: Instance | None = None
+        self.metrics: Metrics | None = None
+
+    def _journal_directory(self) -> Path:
+        txlog = self.config.transaction_log
+        assert txlog is not None
+        directory = Path(txlog.journal_directory)
+        return directory if directory.is_absolute() else self.base_directory / directory
+
+    def _open_journal(self) -> Journal:
+        txlog = self.config.transaction_log
+        assert txlog is not None
+        directory = self._journal_directory()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            return Journal.open(
+                directory,
+                segment_size_bytes=txlog.journal_size_bytes,
+                flush_interval_ms=max(1, txlog.flush_interval_us // 1000),
+                instance_name=self.config.name,
+                group=self.config.group,
+            )
+        except errors.CorruptRecord as exc:
+            fatal(FatalReason.JOURNAL_CORRUPT, f"journal {directory}: {exc.message}")
+        except (OSError, errors.JournalError) as exc:
+            fatal(FatalReason.JOURNAL_IO, f"journal {directory}: {exc}")
+
+    async def start(self) -> None:
+        if self.config.transaction_log is None:
+            fatal(FatalReason.CONFIG_INVALID, "AMPSConfig/TransactionLog is required")
+        journal = self._open_journal()
+        self.metrics = Metrics(self.config.name, self.snapshot)
+        journal.on_fsync = self.metrics.observe_fsync
+        self.instance = Instance(self.config, journal, self._on_fatal)
+        self.instance.start()
+        await self._start_grpc()
+        await self._start_admin()
+        journal.start_flusher()
+        log.info("instance %s ready", self.config.name)
+        grpc_addr = self.config.grpc_transport
+        assert grpc_addr is not None
+        admin = (
+            f" admin http://{self.config.admin.inet_addr.host}:{self.admin_port}"
+            if (self.config.admin is not None and self.config.admin.inet_addr is not None)
+            else ""
+        )
+        # Tests and scripts read this line to learn the ports (port 0 picks free ones).
+        print(
+            f"amps {self.config.name}: listening on {grpc_addr.inet_addr.host}:{self.grpc_port}"
+            f"{admin} journal {self._journal_directory()} last_txid {journal.last_txid}",
+            flush=True,
+        )
+
+    async def _start_grpc(self) -> None:
+        transport = self.config.grpc_transport
+        if transport is None:
+            fatal(FatalReason.CONFIG_INVALID, "AMPSConfig/Transports: no transport of Type grpc")
+        assert self.instance is not None
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", GRPC_MAX_FRAME_BYTES),
+                ("grpc.max_send_message_length", GRPC_MAX_FRAME_BYTES),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        client_pb2_grpc.add_AmpsServicer_to_server(  # type: ignore[no-untyped-call]
+            ClientService(self.instance), server
+        )
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        names = (
+            client_pb2.DESCRIPTOR.services_by_name["Amps"].full_name,
+            health.SERVICE_NAME,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, server)
+        address = f"{transport.inet_addr.host}:{transport.inet_addr.port}"
+        try:
+            self.grpc_port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            fatal(FatalReason.ADDRESS_IN_USE, f"cannot listen on {address}: {exc}")
+        await server.start()
+        serving = health_pb2.HealthCheckResponse.SERVING
+        await health_servicer.set("", serving)
+        await health_servicer.set(names[0], serving)
+        self._grpc = server
+
+    async def _start_admin(self) -> None:
+        admin = self.config.admin
+        if admin is None or admin.inet_addr is None:
+            return
+        assert self.metrics is not None
+        metrics = self.metrics
+        self._admin = AdminHttpServer(
+            {
+                "/metrics": lambda: ("text/plain; version=0.0.4", metrics.render()),
+                "/amps/instance": self._status_json,
+                "/amps/instance.json": self._status_json,
+                "/health": lambda: ("text/plain", b"ok\n"),
+            }
+        )
+        try:
+            self.admin_port = await self._admin.start(admin.inet_addr.host, admin.inet_addr.port)
+        except OSError as exc:
+            addr = f"{admin.inet_addr.host}:{admin.inet_addr.port}"
+            fatal(FatalReason.ADDRESS_IN_USE, f"admin http cannot listen on {addr}: {exc}")
+
+    def _status_json(self) -> tuple[str, bytes]:
+        s = self.snapshot()
+        body = {
+            "name": self.config.name,
+            "group": self.config.group,
+            "last_txid": s.last_txid,
+            "journal_bytes": s.journal_bytes,
+            "journal_segments": s.journal_segments,
+            "connected_clients": s.connected_clients,
+            "subscriptions": s.subscriptions,
+            "persisted_acks": s.persisted_acks,
+            "duplicates_discarded": s.duplicates,
+            "published_by_topic": s.published_by_topic,
+        }
+        return "application/json", orjson.dumps(body, option=orjson.OPT_INDENT_2)
+
+    def snapshot(self) -> InstanceSnapshot:
+        """Statistics for metrics and the admin JSON."""
+        instance = self.instance
+        assert instance is not None
+        journal = instance.journal
+        stats = instance.statistics
+        return InstanceSnapshot(
+            node=self.config.name,
+            published_by_topic=dict(stats.published_by_topic),
+            published_bytes_by_topic=dict(stats.published_bytes_by_topic),
+            persisted_acks=stats.persisted_acks,
+            duplicates=stats.duplicates,
+            delivered=stats.delivered,
+            rejected=stats.rejected,
+            journal_bytes=journal.bytes_total,
+            journal_segments=journal.segment_count,
+            last_txid=journal.last_txid,
+            fsync_count=journal.fsync_count,
+            connected_clients=len(instance.sessions),
+            subscriptions=len(instance.subscriptions),
+        )
+
+    def _on_fatal(self, exc: BaseException) -> None:
+        if isinstance(exc, errors.JournalError | OSError):
+            fatal(FatalReason.JOURNAL_IO, f"journal write failed: {exc}")
+        fatal(FatalReason.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    async def stop(self) -> None:
+        """Graceful stop: refuse new work, commit the journal, close."""
+        if self._admin is not None:
+            await self._admin.stop()
+        if self.instance is not None:
+            await self.instance.wait_durable()
+            await self.instance.stop()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1.0)
+        if self.instance is not None:
+            await self.instance.journal.close()
+        self.stopped.set()
+
+
+async def serve(config: Config, base_directory: Path) -> None:
+    """Run an instance until SIGTERM or SIGINT."""
+    server = Server(config, base_directory)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_requested.set)
+    await stop_requested.wait()
+    log.info("stopping instance %s", config.name)
+    await server.stop()
+
+
+def run(config: Config, base_directory: Path) -> None:
+    """Blocking entry point used by `amps server`."""
+    asyncio.run(serve(config, base_directory))

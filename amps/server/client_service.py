@@ -1,0 +1,187 @@
+"""The client gRPC servicer: frames in, commands decoded, frames out. No queue logic here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from amps import errors
+from amps.log.bookmarks import parse_bookmark_spec
+from amps.server.convert import requested, success_ack
+from amps.server.instance import Instance, now_us
+from amps.server.replay import replay
+from amps.server.session import Session
+from amps.server.subscriptions import Subscription
+from amps.server.topics import topic_matcher
+from amps.v1 import client_pb2 as pb
+from amps.v1 import client_pb2_grpc
+
+log = logging.getLogger("amps.client_service")
+
+Handler = Callable[[Session, pb.Command], None]
+
+# Words accepted for the special bookmarks, besides their AMPS forms `0` and `0|1|`.
+BOOKMARK_ALIASES = {"epoch": "0", "now": "0|1|"}
+
+
+class ClientService(client_pb2_grpc.AmpsServicer):
+    """Implements amps.v1.Amps/Connect: one bidirectional stream per client connection."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self._handlers: dict[str, Handler] = {
+            "logon": self._on_logon,
+            "subscribe": self._on_subscribe,
+            "unsubscribe": self._on_unsubscribe,
+            "flush": self._on_flush,
+            "heartbeat": self._on_heartbeat,
+            "sow_delete": self._on_sow_delete,
+            "sow": self._on_sow,
+        }
+
+    async def Connect(
+        self, request_iterator: AsyncIterator[pb.ClientFrame], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ServerFrame]:
+        session = Session(self.instance, context.peer())
+        self.instance.sessions.add(session)
+        reader = asyncio.create_task(self._read(session, request_iterator))
+        try:
+            async for frame in session.outbox.frames():
+                yield frame
+            abort = session.abort_code()
+            if abort is not None:
+                await context.abort(abort[0], abort[1])
+        finally:
+            reader.cancel()
+            self.instance.disconnected(session)
+
+    async def _read(self, session: Session, frames: AsyncIterator[pb.ClientFrame]) -> None:
+        try:
+            async for frame in frames:
+                session.last_receive_monotonic = asyncio.get_running_loop().time()
+                self._on_frame(session, frame)
+            # The client half-closed: it may still be owed persisted acks for its last frames.
+            await self.instance.wait_durable()
+            await session.wait_tasks()
+        except asyncio.CancelledError:
+            raise
+        except grpc.aio.AioRpcError:
+            pass
+        except Exception:
+            log.exception("connection %s: reading failed", session.peer)
+        finally:
+            session.outbox.close()
+
+    def _on_frame(self, session: Session, frame: pb.ClientFrame) -> None:
+        stamp = now_us()
+        high_seq = -1
+        for command in frame.commands:
+            kind = command.WhichOneof("body")
+            try:
+                if kind is None:
+                    raise errors.UnknownCommand("the command has no body this instance knows")
+                if kind != "logon" and not session.logged_on:
+                    raise errors.LogonRequired("logon must be the first command")
+                if kind == "publish":
+                    high_seq = max(high_seq, self.instance.publish(session, command, stamp))
+                else:
+                    self._handlers[kind](session, command)
+            except errors.AmpsError as error:
+                self.instance.statistics.rejected += 1
+                seq = command.publish.seq if kind == "publish" else 0
+                session.fail(error, command, seq=seq)
+        if high_seq >= 0:
+            self.instance.expect_persisted_ack(session, high_seq)
+
+    def _on_logon(self, session: Session, command: pb.Command) -> None:
+        logon = command.logon
+        self.instance.logon(session, logon.client_name, logon.user_id)
+        seq = self.instance.last_persisted_seq(session)
+        session.acked_seq = seq
+        session.send(
+            success_ack(
+                cmd_id=command.cmd_id,
+                ack_type="processed",
+                seq=seq,
+                bookmark=f"{session.publisher_id}|{seq}|",
+                client_name=session.client_name,
+                version=self.instance.version,
+            )
+        )
+
+    def _on_subscribe(self, session: Session, command: pb.Command) -> None:
+        request = command.subscribe
+        sub_id = request.sub_id or command.cmd_id or session.new_sub_id()
+        if sub_id in session.subscriptions and "replace" not in request.options.split(","):
+            raise errors.InvalidOptions(f"subscription {sub_id!r} already exists")
+        matcher = topic_matcher(request.topic)
+        compiled = self.instance.compile_filter(request.filter) if request.filter else None
+        start_txid = None
+        if request.bookmark:
+            text = BOOKMARK_ALIASES.get(request.bookmark.strip().lower(), request.bookmark)
+            start_txid = self.instance.journal.find_start(parse_bookmark_spec(text))
+        if sub_id in session.subscriptions:
+            self.instance.remove_subscription(session.subscriptions[sub_id])
+        subscription = Subscription(session, sub_id, matcher, compiled)
+        subscription.live = start_txid is None
+        session.subscriptions[sub_id] = subscription
+        self.instance.subscriptions.add(subscription)
+        session.send(success_ack(cmd_id=command.cmd_id, ack_type="processed", sub_id=sub_id))
+        if start_txid is not None:
+            task = asyncio.create_task(replay(self.instance, subscription, start_txid))
+            subscription.cancel_replay = task.cancel
+
+    def _on_unsubscribe(self, session: Session, command: pb.Command) -> None:
+        wanted = command.unsubscribe.sub_id
+        ids = list(session.subscriptions) if wanted == "all" else wanted.split(",")
+        for sub_id in ids:
+            subscription = session.subscriptions.get(sub_id.strip())
+            if subscription is None:
+                raise errors.InvalidOptions(f"no subscription {sub_id!r}")
+            self.instance.remove_subscription(subscription)
+        session.processed(command)
+
+    def _on_flush(self, session: Session, command: pb.Command) -> None:
+        async def flush_callback() -> None:
+            await self.instance.wait_durable()
+            ack_type = "persisted" if requested(command.ack_type, "persisted") else "processed"
+            session.send(success_ack(cmd_id=command.cmd_id, ack_type=ack_type))
+
+        session.spawn(flush_callback())
+
+    def _on_heartbeat(self, session: Session, command: pb.Command) -> None:
+        options = command.heartbeat.options
+        if options == "beat":
+            return
+        if not options.startswith("start,"):
+            raise errors.InvalidOptions(f"heartbeat options {options!r}: expected start,<seconds>")
+        try:
+            interval_s = float(options.split(",", 1)[1])
+        except ValueError:
+            raise errors.InvalidOptions(f"bad heartbeat interval in {options!r}") from None
+        if not 0 < interval_s <= 3600:
+            raise errors.InvalidOptions("heartbeat interval must be in (0, 3600] seconds")
+        if session.heartbeat_task is not None:
+            session.heartbeat_task.cancel()
+        session.heartbeat_task = asyncio.create_task(_heartbeat(session, interval_s))
+        session.processed(command)
+
+    def _on_sow_delete(self, session: Session, command: pb.Command) -> None:
+        self.instance.sow_delete(session, command)
+
+    def _on_sow(self, session: Session, command: pb.Command) -> None:
+        self.instance.sow(session, command)
+
+
+async def _heartbeat(session: Session, interval_s: float) -> None:
+    """Send a beat every interval; two silent intervals from the client end the connection."""
+    loop = asyncio.get_running_loop()
+    while not session.outbox.closed:
+        await asyncio.sleep(interval_s)
+        if loop.time() - session.last_receive_monotonic > 2 * interval_s:
+            session.kick(errors.ConnectionBroken("no heartbeat from the client for 2 intervals"))
+            return
+        session.send(pb.ServerMessage(heartbeat=pb.Heartbeat(options="beat")))

@@ -1,0 +1,305 @@
+"""The instance: journal, group commit, persisted acks, fan-out to subscriptions and queues.
+
+Publish path (ARCHITECTURE.md flow 1): session -> dedup -> journal append -> one commit loop
+(group commit: one fsync for everything appended meanwhile) -> persisted acks and fan-out of the
+now-durable records. Only durable records are delivered, so a bookmark replay and the live stream
+meet at `dispatched_txid` without gaps or doubles (L7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from amps import __version__, errors
+from amps.expr import Message
+from amps.log.bookmarks import publisher_id_for, server_publisher_id_for
+from amps.log.journal import Journal
+from amps.log.records import PublishRecord
+from amps.server.convert import success_ack
+from amps.server.subscriptions import SubscriptionIndex
+from amps.server.topics import validate_topic_name
+from amps.v1 import client_pb2 as pb
+
+if TYPE_CHECKING:
+    from amps.config import Config
+    from amps.expr import Filter
+    from amps.server.session import Session
+
+log = logging.getLogger("amps.instance")
+
+
+@dataclass(slots=True)
+class InstanceStatistics:
+    """Counters read by metrics and the admin interface."""
+
+    published_by_topic: dict[str, int] = field(default_factory=dict)
+    published_bytes_by_topic: dict[str, int] = field(default_factory=dict)
+    persisted_acks: int = 0
+    duplicates: int = 0
+    delivered: int = 0
+    rejected: int = 0
+
+
+class Instance:
+    """Everything one broker instance shares between its sessions."""
+
+    def __init__(
+        self, config: Config, journal: Journal, on_fatal: Callable[[BaseException], None]
+    ) -> None:
+        self.config = config
+        self.journal = journal
+        self.name = config.name
+        self.group = config.group
+        transport = config.grpc_transport
+        self.max_message_size_bytes = transport.max_message_size_bytes if transport else 1 << 20
+        self.subscriptions = SubscriptionIndex()
+        self.sessions_by_name: dict[str, Session] = {}
+        self.sessions: set[Session] = set()
+        self.statistics = InstanceStatistics()
+        self.dispatched_txid = journal.last_txid
+        self._undispatched: list[PublishRecord] = []
+        self._ack_waiting: set[Session] = set()
+        self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._commit_wanted = asyncio.Event()
+        self._on_fatal = on_fatal
+        self._committer: asyncio.Task[None] | None = None
+        self.version = __version__
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._committer = asyncio.create_task(self._commit_loop(), name="commit-loop")
+
+    async def stop(self) -> None:
+        for session in list(self.sessions):
+            session.outbox.close()
+        if self._committer is not None:
+            self._committer.cancel()
+            await asyncio.gather(self._committer, return_exceptions=True)
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def logon(self, session: Session, client_name: str, user_id: str) -> None:
+        """L6: one connection per client name; same user replaces, another user is refused."""
+        if not client_name:
+            raise errors.InvalidOptions("no client name")
+        current = self.sessions_by_name.get(client_name)
+        if current is not None and current is not session:
+            if current.user_id != user_id:
+                raise errors.NameInUse(f"client name {client_name!r} is in use by another user")
+            log.warning(
+                "client %r replaced by a new connection from %s (name in use)",
+                client_name,
+                session.peer,
+            )
+            current.kick(errors.NameInUse(f"client name {client_name!r} logged on elsewhere"))
+            self._forget_name(current)
+        session.client_name = client_name
+        session.user_id = user_id
+        session.publisher_id = publisher_id_for(client_name)
+        session.logged_on = True
+        self.sessions_by_name[client_name] = session
+
+    def last_persisted_seq(self, session: Session) -> int:
+        return self.journal.marks.high_water(session.publisher_id)
+
+    def _forget_name(self, session: Session) -> None:
+        if self.sessions_by_name.get(session.client_name) is session:
+            del self.sessions_by_name[session.client_name]
+
+    def disconnected(self, session: Session) -> None:
+        self.sessions.discard(session)
+        self._forget_name(session)
+        self._ack_waiting.discard(session)
+        session.cancel_tasks()
+        for subscription in list(session.subscriptions.values()):
+            self.remove_subscription(subscription)
+
+    def remove_subscription(self, subscription: object) -> None:
+        from amps.server.subscriptions import Subscription
+
+        assert isinstance(subscription, Subscription)
+        if subscription.cancel_replay is not None:
+            subscription.cancel_replay()
+        self.subscriptions.remove(subscription)
+        subscription.session.subscriptions.pop(subscription.sub_id, None)
+
+    # -- publish ----------------------------------------------------------------------------
+
+    def publish(self, session: Session, command: pb.Command, now_us: int) -> int:
+        """Validate, dedup and append one publish; returns the own seq to ack (0 if none)."""
+        publish = command.publish
+        size = len(publish.data)
+        if size > self.max_message_size_bytes:
+            raise errors.MessageTooLarge(size, self.max_message_size_bytes)
+        validate_topic_name(publish.topic)
+        if publish.seq:
+            publisher_id, seq = session.publisher_id, publish.seq
+        else:
+            # L5: an identity of its own, so it never clashes with the client's own numbering.
+            publisher_id = server_publisher_id_for(session.client_name, self.name)
+            seq = self.journal.marks.high_water(publisher_id) + 1
+        if self.journal.marks.is_duplicate(publisher_id, seq):
+            self.statistics.duplicates += 1
+            return publish.seq  # L4: discarded, still acknowledged as persisted
+        record = self.journal.append_publish(
+            topic=publish.topic,
+            data=publish.data,
+            publisher_id=publisher_id,
+            seq=seq,
+            timestamp_us=now_us,
+            correlation_id=publish.correlation_id,
+            expiration_s=publish.expiration_s,
+        )
+        self._undispatched.append(record)
+        stats = self.statistics
+        stats.published_by_topic[publish.topic] = stats.published_by_topic.get(publish.topic, 0) + 1
+        stats.published_bytes_by_topic[publish.topic] = (
+            stats.published_bytes_by_topic.get(publish.topic, 0) + size
+        )
+        return publish.seq
+
+    def expect_persisted_ack(self, session: Session, seq: int) -> None:
+        """After a frame: ack `seq` once everything appended so far is durable."""
+        session.pending_acks.append((self.journal.last_txid, seq))
+        self._ack_waiting.add(session)
+        self._commit_wanted.set()
+
+    async def wait_durable(self) -> None:
+        """Return once everything appended so far is durable (flush with persisted)."""
+        target = self.journal.last_txid
+        if target <= self.dispatched_txid:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._durable_waiters.append((target, future))
+        self._commit_wanted.set()
+        await future
+
+    async def _commit_loop(self) -> None:
+        try:
+            while True:
+                await self._commit_wanted.wait()
+                self._commit_wanted.clear()
+                if self.journal.last_txid > self.dispatched_txid:
+                    durable = await self.journal.commit()
+                else:
+                    durable = self.dispatched_txid
+                self._after_commit(durable)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # an fsync failure stops the instance (never pretend success)
+            self._on_fatal(exc)
+            raise
+
+    def _after_commit(self, durable_txid: int) -> None:
+        records = self._undispatched
+        split = len(records)
+        while split and records[split - 1].txid > durable_txid:
+            split -= 1
+        ready, self._undispatched = records[:split], records[split:]
+        self.dispatched_txid = max(self.dispatched_txid, durable_txid)
+        self._send_persisted_acks(durable_txid)
+        for record in ready:
+            self.fan_out(record)
+        still = []
+        for target, future in self._durable_waiters:
+            if target <= durable_txid:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((target, future))
+        self._durable_waiters = still
+        if self._undispatched or self._durable_waiters:
+            self._commit_wanted.set()
+
+    def _send_persisted_acks(self, durable_txid: int) -> None:
+        done = []
+        for session in self._ack_waiting:
+            seq = 0
+            pending = session.pending_acks
+            while pending and pending[0][0] <= durable_txid:
+                seq = max(seq, pending.popleft()[1])
+            if seq > session.acked_seq:
+                session.acked_seq = seq
+                session.send(success_ack(cmd_id="", ack_type="persisted", seq=seq))
+                self.statistics.persisted_acks += 1
+            if not pending:
+                done.append(session)
+        self._ack_waiting.difference_update(done)
+
+    # -- filters and queues -----------------------------------------------------------------
+
+    def compile_filter(self, text: str) -> Filter:
+        """A subscription content filter; FilterSyntaxError becomes a `bad filter` ack."""
+        from amps.expr import compile_filter
+
+        return compile_filter(text)
+
+    def sow_delete(self, session: Session, command: pb.Command) -> None:
+        """Queue acknowledgements arrive here (Q10); no queue is configured on this path yet."""
+        raise errors.NotAQueue(f"topic {command.sow_delete.topic!r} is not a queue")
+
+    def sow(self, session: Session, command: pb.Command) -> None:
+        raise errors.NotAQueue(f"topic {command.sow.topic!r} is not a queue or SOW topic")
+
+    # -- fan-out ----------------------------------------------------------------------------
+
+    def fan_out(self, record: PublishRecord) -> None:
+        """Deliver a durable publish to every live subscription that matches it."""
+        subscriptions = self.subscriptions.matching(record.topic)
+        if not subscriptions:
+            return
+        by_session: dict[Session, list[str]] = {}
+        message = None
+        for subscription in subscriptions:
+            if not subscription.live:
+                continue
+            if subscription.filter is not None:
+                if message is None:
+                    message = expr_message(record)
+                if not subscription.filter.matches(message):
+                    continue
+            by_session.setdefault(subscription.session, []).append(subscription.sub_id)
+        for session, sub_ids in by_session.items():
+            session.send(delivery_for(record, sub_ids), len(record.data) + 64)
+            self.statistics.delivered += 1
+
+
+def bookmark_of(record: PublishRecord) -> str:
+    return f"{record.publisher_id}|{record.seq}|"
+
+
+def delivery_for(record: PublishRecord, sub_ids: list[str]) -> pb.ServerMessage:
+    """The delivery frame entry for a durable publish."""
+    return pb.ServerMessage(
+        delivery=pb.Delivery(
+            topic=record.topic,
+            data=record.data,
+            bookmark=bookmark_of(record),
+            sub_ids=sub_ids,
+            txid=record.txid,
+            timestamp_us=record.timestamp_us,
+            correlation_id=record.correlation_id,
+        )
+    )
+
+
+def expr_message(record: PublishRecord) -> Message:
+    """The expression-language view of a record (parsed lazily by amps.expr)."""
+    return Message(
+        record.data,
+        topic=record.topic,
+        bookmark=bookmark_of(record),
+        timestamp_us=record.timestamp_us,
+        correlation_id=record.correlation_id,
+        expiration_s=record.expiration_s,
+    )
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000

@@ -1,0 +1,89 @@
+"""One client connection: logon state, the commands it sends, and what it is owed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from amps import errors
+from amps.server.convert import failure_ack, grpc_status_for, requested, success_ack
+from amps.server.outbox import Outbox
+from amps.v1 import client_pb2 as pb
+
+if TYPE_CHECKING:
+    from amps.server.instance import Instance
+    from amps.server.subscriptions import Subscription
+
+
+class Session:
+    """Per-connection state; commands are decoded here and carried out by the Instance."""
+
+    def __init__(self, instance: Instance, peer: str) -> None:
+        self.instance = instance
+        self.peer = peer
+        self.outbox = Outbox()
+        self.client_name = ""
+        self.user_id = ""
+        self.publisher_id = 0
+        self.logged_on = False
+        self.subscriptions: dict[str, Subscription] = {}
+        # (txid appended last, highest own seq) per processed frame, oldest first: a persisted ack
+        # for seq is sent once txid is durable (conflated, L3).
+        self.pending_acks: deque[tuple[int, int]] = deque()
+        self.acked_seq = 0
+        self.heartbeat_task: asyncio.Task[None] | None = None
+        self.last_receive_monotonic = 0.0
+        self._next_sub_id = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Run a task on behalf of this session; kept referenced until it ends."""
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_tasks(self) -> None:
+        """Wait for the tasks run on behalf of this session (flush acks) to finish."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self.heartbeat_task is not None:
+            self.heartbeat_task.cancel()
+
+    def send(self, message: pb.ServerMessage, size_bytes: int = 64) -> None:
+        self.outbox.put(message, size_bytes)
+
+    def fail(self, error: errors.AmpsError, command: pb.Command, *, seq: int = 0) -> None:
+        """Answer a command with a failed ack; the connection stays up."""
+        ack_type = command.ack_type.split(",")[0].strip() or "processed"
+        sub_id = command.subscribe.sub_id if command.WhichOneof("body") == "subscribe" else ""
+        self.send(
+            failure_ack(error, cmd_id=command.cmd_id, ack_type=ack_type, seq=seq, sub_id=sub_id)
+        )
+
+    def processed(self, command: pb.Command, **fields: object) -> None:
+        """Send a `processed` success ack if the command asked for one."""
+        if requested(command.ack_type, "processed"):
+            self.send(success_ack(cmd_id=command.cmd_id, ack_type="processed", **fields))
+
+    def new_sub_id(self) -> str:
+        self._next_sub_id += 1
+        return f"{self._next_sub_id}"
+
+    def kick(self, error: errors.AmpsError) -> None:
+        """Disconnect this session with a status a client can read."""
+        self.outbox.close((grpc_status_for(error).value[0], f"{error.reason}: {error.message}"))
+
+    def abort_code(self) -> tuple[grpc.StatusCode, str] | None:
+        if self.outbox.close_reason is None:
+            return None
+        value, details = self.outbox.close_reason
+        code = next(c for c in grpc.StatusCode if c.value[0] == value)
+        return code, details

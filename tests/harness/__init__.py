@@ -1,0 +1,1 @@
+"""Test support: real instance processes on loopback with free ports."""

@@ -1,0 +1,154 @@
+"""Publish, persisted acks and bookmark replay against a real instance (L1, L2, L3, L7)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import orjson
+import pytest
+
+from amps.client import Client
+from tests.harness.instance import InstanceProcess
+
+TIMEOUT_S = 30
+
+
+async def collect(subscription: object, count: int) -> list[object]:
+    """Take `count` messages from a subscription, bounded in time."""
+    out = []
+
+    async def take() -> None:
+        async for message in subscription:  # type: ignore[attr-defined]
+            out.append(message)
+            if len(out) >= count:
+                return
+
+    await asyncio.wait_for(take(), TIMEOUT_S)
+    return out
+
+
+async def test_publish_then_replay_from_epoch_in_order(instance: InstanceProcess) -> None:
+    """L1/L7: every persisted message replays from epoch, in publish order, with bookmarks."""
+    async with Client("pub-epoch") as client:
+        await client.connect(instance.address)
+        for i in range(1, 1001):
+            await client.publish("orders", orjson.dumps({"id": i}))
+        await client.flush(timeout_s=TIMEOUT_S)
+        sub = await client.subscribe("orders", bookmark="epoch")
+        messages = await collect(sub, 1000)
+    ids = [m.json()["id"] for m in messages]  # type: ignore[attr-defined]
+    assert ids == list(range(1, 1001))
+    bookmarks = [m.bookmark for m in messages]  # type: ignore[attr-defined]
+    assert len(set(bookmarks)) == 1000
+    assert all(b.endswith("|") and b.count("|") == 2 for b in bookmarks)
+
+
+async def test_replay_from_a_bookmark_in_the_middle(instance: InstanceProcess) -> None:
+    """L7: replay starts right after the named message."""
+    async with Client("pub-mid") as client:
+        await client.connect(instance.address)
+        for i in range(1, 101):
+            await client.publish("mid", orjson.dumps({"id": i}))
+        await client.flush(timeout_s=TIMEOUT_S)
+        first = await collect(await client.subscribe("mid", bookmark="epoch"), 100)
+        middle = first[49].bookmark  # type: ignore[attr-defined]
+        rest = await collect(await client.subscribe("mid", bookmark=middle), 50)
+    assert [m.json()["id"] for m in rest] == list(range(51, 101))  # type: ignore[attr-defined]
+
+
+async def test_replay_from_a_timestamp(instance: InstanceProcess) -> None:
+    """L7: a UTC timestamp bookmark starts at the first message logged at or after it."""
+    async with Client("pub-ts") as client:
+        await client.connect(instance.address)
+        for i in range(1, 11):
+            await client.publish("ts", orjson.dumps({"id": i}))
+        await client.flush(timeout_s=TIMEOUT_S)
+        await asyncio.sleep(1.1)  # timestamps have one-second resolution in the bookmark form
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        await asyncio.sleep(1.1)
+        for i in range(11, 21):
+            await client.publish("ts", orjson.dumps({"id": i}))
+        await client.flush(timeout_s=TIMEOUT_S)
+        later = await collect(await client.subscribe("ts", bookmark=stamp), 10)
+    assert [m.json()["id"] for m in later] == list(range(11, 21))  # type: ignore[attr-defined]
+
+
+async def test_now_bookmark_and_live_regex_subscription(instance: InstanceProcess) -> None:
+    """L7: `now` (0|1|) replays nothing old; a regex topic receives matching topics live."""
+    async with Client("sub-live") as subscriber, Client("pub-live") as publisher:
+        await publisher.connect(instance.address)
+        await subscriber.connect(instance.address)
+        await publisher.publish("live.a", b'{"old":true}')
+        await publisher.flush(timeout_s=TIMEOUT_S)
+        from_now = await subscriber.subscribe("live.a", bookmark="0|1|")
+        regex = await subscriber.subscribe("live\\..*")
+        await publisher.publish("live.a", b'{"n":1}')
+        await publisher.publish("live.b", b'{"n":2}')
+        await publisher.publish("other", b'{"n":3}')
+        await publisher.flush(timeout_s=TIMEOUT_S)
+        now_messages = await collect(from_now, 1)
+        regex_messages = await collect(regex, 2)
+    assert now_messages[0].json() == {"n": 1}  # type: ignore[attr-defined]
+    assert sorted(m.topic for m in regex_messages) == ["live.a", "live.b"]  # type: ignore[attr-defined]
+
+
+async def test_replay_hands_over_to_live_without_gaps(instance: InstanceProcess) -> None:
+    """L7: publishes racing a replay arrive exactly once, in order."""
+    async with Client("race-pub") as publisher, Client("race-sub") as subscriber:
+        await publisher.connect(instance.address)
+        await subscriber.connect(instance.address)
+        for i in range(1, 2001):
+            await publisher.publish("race", orjson.dumps({"id": i}))
+        sub = await subscriber.subscribe("race", bookmark="epoch")
+        for i in range(2001, 4001):
+            await publisher.publish("race", orjson.dumps({"id": i}))
+        await publisher.flush(timeout_s=TIMEOUT_S)
+        messages = await collect(sub, 4000)
+    assert [m.json()["id"] for m in messages] == list(range(1, 4001))  # type: ignore[attr-defined]
+
+
+async def test_duplicate_sequence_numbers_are_discarded_and_acked(
+    instance: InstanceProcess,
+) -> None:
+    """L4: a publish with a seq at or below the high-water mark is dropped but acknowledged."""
+    import grpc
+
+    from amps.v1 import client_pb2 as pb
+    from amps.v1 import client_pb2_grpc
+
+    def publish(seq: int, ident: int) -> pb.Command:
+        data = orjson.dumps({"id": ident})
+        return pb.Command(ack_type="persisted", publish=pb.Publish(topic="dup", data=data, seq=seq))
+
+    frames = [
+        pb.ClientFrame(
+            commands=[
+                pb.Command(cmd_id="l", ack_type="processed", logon=pb.Logon(client_name="dup"))
+            ]
+        ),
+        pb.ClientFrame(commands=[publish(10, 1), publish(10, 2), publish(5, 3), publish(11, 4)]),
+    ]
+    persisted: list[int] = []
+    async with grpc.aio.insecure_channel(instance.address) as channel:
+        call = client_pb2_grpc.AmpsStub(channel).Connect(iter(frames))
+
+        async def read() -> None:
+            async for frame in call:
+                for message in frame.messages:
+                    if message.ack.ack_type == "persisted":
+                        assert message.ack.status == "success"
+                        persisted.append(message.ack.seq)
+                        if message.ack.seq == 11:
+                            return
+
+        await asyncio.wait_for(read(), TIMEOUT_S)
+        call.cancel()
+    assert persisted[-1] == 11
+    async with Client("dup-reader") as client:
+        await client.connect(instance.address)
+        sub = await client.subscribe("dup", bookmark="epoch")
+        messages = await collect(sub, 2)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(sub.__anext__(), 0.5)
+    assert [m.json()["id"] for m in messages] == [1, 4]  # type: ignore[attr-defined]
