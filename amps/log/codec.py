@@ -262,6 +262,10 @@ def frame_length(buf: bytes | memoryview, offset: int, end: int) -> int:
     return length
 
 
+_NAME_CACHE_ENTRIES = 4096
+_name_cache: dict[bytes, tuple[str, str, str]] = {}
+
+
 def decode(
     buf: bytes, offset: int = 0, end: int | None = None, limit: int | None = None
 ) -> tuple[list[Record], int]:
@@ -275,6 +279,7 @@ def decode(
     append = records.append
     unpack_header = HEADER.unpack_from
     unpack_publish = _PUBLISH.unpack_from
+    name_cache = _name_cache
     remaining = -1 if limit is None else limit
     while stop - offset >= HEADER_SIZE_BYTES and remaining != 0:
         remaining -= 1
@@ -298,9 +303,16 @@ def decode(
                 e = d + lc
                 if e > stop_at:
                     raise CorruptRecord("publish record strings overrun the payload")
+                # Topic and origin repeat from record to record: decode each distinct one once.
+                key = buf[a:d]
+                names = name_cache.get(key)
+                if names is None:
+                    names = (buf[a:b].decode(), buf[b:c].decode(), buf[c:d].decode())
+                    if len(name_cache) >= _NAME_CACHE_ENTRIES:
+                        name_cache.clear()
+                    name_cache[key] = names
                 rec = _PublishSlots(
-                    txid, ts, buf[a:b].decode(), buf[e:stop_at], pub, seq,
-                    buf[b:c].decode(), buf[c:d].decode(), otx,
+                    txid, ts, names[0], buf[e:stop_at], pub, seq, names[1], names[2], otx,
                     buf[d:e].decode() if lc else "", exp,
                 )  # fmt: skip
                 rec.__class__ = PublishRecord  # type: ignore[assignment]
