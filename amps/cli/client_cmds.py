@@ -93,13 +93,14 @@ def message_json(message: Message) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         data = message.text()
     result: dict[str, Any] = {"topic": message.topic, "bookmark": message.bookmark, "data": data}
-    if message.is_queue:
+    if message.is_queue and message.lease_deadline_us:
         deadline = datetime.datetime.fromtimestamp(
             message.lease_deadline_us / 1_000_000, tz=datetime.UTC
         )
         result["lease_deadline"] = deadline.isoformat(timespec="milliseconds").replace(
             "+00:00", "Z"
         )
+    if message.is_queue and message.delivery_count:
         result["delivery_count"] = message.delivery_count
     return result
 

@@ -115,9 +115,19 @@ class ClientService(client_pb2_grpc.AmpsServicer):
     def _on_subscribe(self, session: Session, command: pb.Command) -> None:
         request = command.subscribe
         sub_id = request.sub_id or command.cmd_id or session.new_sub_id()
-        if sub_id in session.subscriptions and "replace" not in request.options.split(","):
+        queues = self.instance.queues
+        if not request.bookmark and request.topic in queues:
+            # Q2, Q4: a subscription to a queue's name without a bookmark is a queue subscription.
+            queues.subscribe(session, command, sub_id)
+            return
+        replace = "replace" in request.options.split(",")
+        if sub_id in session.subscriptions and not replace:
             raise errors.InvalidOptions(f"subscription {sub_id!r} already exists")
-        matcher = topic_matcher(request.topic)
+        topic = request.topic
+        if request.topic in queues:
+            # L7: a bookmark subscription to a queue replays its underlying topic as pub/sub.
+            topic = queues.drivers[request.topic].config.underlying_topic
+        matcher = topic_matcher(topic)
         compiled = self.instance.compile_filter(request.filter) if request.filter else None
         start_txid = None
         if request.bookmark:
@@ -137,7 +147,11 @@ class ClientService(client_pb2_grpc.AmpsServicer):
     def _on_unsubscribe(self, session: Session, command: pb.Command) -> None:
         wanted = command.unsubscribe.sub_id
         ids = list(session.subscriptions) if wanted == "all" else wanted.split(",")
+        if wanted == "all":
+            ids.extend(session.queue_subscriptions)
         for sub_id in ids:
+            if self.instance.queues.unsubscribe(session, sub_id.strip()):
+                continue
             subscription = session.subscriptions.get(sub_id.strip())
             if subscription is None:
                 raise errors.InvalidOptions(f"no subscription {sub_id!r}")

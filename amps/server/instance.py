@@ -19,8 +19,10 @@ from amps import __version__, errors
 from amps.expr import Message
 from amps.log.bookmarks import publisher_id_for, server_publisher_id_for
 from amps.log.journal import Journal
-from amps.log.records import PublishRecord
+from amps.log.records import PublishRecord, Record
 from amps.server.convert import success_ack
+from amps.server.queue_manager import QueueManager
+from amps.server.record_cache import RecordCache
 from amps.server.subscriptions import SubscriptionIndex
 from amps.server.topics import validate_topic_name
 from amps.v1 import client_pb2 as pb
@@ -69,15 +71,29 @@ class Instance:
         self._on_fatal = on_fatal
         self._committer: asyncio.Task[None] | None = None
         self.version = __version__
+        self.records = RecordCache(journal)
+        self._durable_callbacks: list[tuple[int, Callable[[], None]]] = []
+        self._next_client_number = 0
+        self._loop = asyncio.get_running_loop()
+        self.queues = QueueManager(self, config.queues)
+        self.queues.wire_actions(config.actions)
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
+        started = self._loop.time()
+        count = self.queues.recover()
+        if self.queues.drivers:
+            log.info(
+                "queues recovered from %d log records in %.3f s", count, self._loop.time() - started
+            )
         self._committer = asyncio.create_task(self._commit_loop(), name="commit-loop")
 
     async def stop(self) -> None:
         for session in list(self.sessions):
             session.outbox.close()
+        for driver in self.queues.drivers.values():
+            driver.stop()
         if self._committer is not None:
             self._committer.cancel()
             await asyncio.gather(self._committer, return_exceptions=True)
@@ -103,6 +119,8 @@ class Instance:
         session.user_id = user_id
         session.publisher_id = publisher_id_for(client_name)
         session.logged_on = True
+        self._next_client_number += 1
+        session.client_id = f"{client_name}#{self._next_client_number}"
         self.sessions_by_name[client_name] = session
 
     def last_persisted_seq(self, session: Session) -> int:
@@ -119,6 +137,7 @@ class Instance:
         session.cancel_tasks()
         for subscription in list(session.subscriptions.values()):
             self.remove_subscription(subscription)
+        self.queues.disconnected(session)
 
     def remove_subscription(self, subscription: object) -> None:
         from amps.server.subscriptions import Subscription
@@ -138,6 +157,7 @@ class Instance:
         if size > self.max_message_size_bytes:
             raise errors.MessageTooLarge(size, self.max_message_size_bytes)
         validate_topic_name(publish.topic)
+        topic = self.queues.publish_target(publish.topic)
         if publish.seq:
             publisher_id, seq = session.publisher_id, publish.seq
         else:
@@ -148,7 +168,7 @@ class Instance:
             self.statistics.duplicates += 1
             return publish.seq  # L4: discarded, still acknowledged as persisted
         record = self.journal.append_publish(
-            topic=publish.topic,
+            topic=topic,
             data=publish.data,
             publisher_id=publisher_id,
             seq=seq,
@@ -157,12 +177,46 @@ class Instance:
             expiration_s=publish.expiration_s,
         )
         self._undispatched.append(record)
-        stats = self.statistics
-        stats.published_by_topic[publish.topic] = stats.published_by_topic.get(publish.topic, 0) + 1
-        stats.published_bytes_by_topic[publish.topic] = (
-            stats.published_bytes_by_topic.get(publish.topic, 0) + size
-        )
+        self._count_publish(topic, size)
         return publish.seq
+
+    def _count_publish(self, topic: str, size: int) -> None:
+        stats = self.statistics
+        stats.published_by_topic[topic] = stats.published_by_topic.get(topic, 0) + 1
+        stats.published_bytes_by_topic[topic] = stats.published_bytes_by_topic.get(topic, 0) + size
+
+    def publish_internal(self, topic: str, data: bytes) -> None:
+        """A publish made by the instance itself (dead letters), under its own publisher id."""
+        publisher_id = server_publisher_id_for("", self.name)
+        seq = self.journal.marks.high_water(publisher_id) + 1
+        record = self.journal.append_publish(
+            topic=topic, data=data, publisher_id=publisher_id, seq=seq, timestamp_us=now_us()
+        )
+        self._undispatched.append(record)
+        self._count_publish(topic, len(data))
+        self._commit_wanted.set()
+
+    def append_record(self, record: Record) -> None:
+        """Append a queue or transfer record; it becomes durable with the next group commit."""
+        self.journal.append(record)
+        self._commit_wanted.set()
+
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        """Run callback once everything appended so far is durable (the Action contract)."""
+        self._durable_callbacks.append((self.journal.last_txid, callback))
+        self._commit_wanted.set()
+
+    def now_ms(self) -> int:
+        """Monotonic milliseconds: the engines' clock."""
+        return int(self._loop.time() * 1000)
+
+    @staticmethod
+    def wall_us() -> int:
+        return now_us()
+
+    @staticmethod
+    def expr_message(record: PublishRecord) -> Message:
+        return expr_message(record)
 
     def expect_persisted_ack(self, session: Session, seq: int) -> None:
         """After a frame: ack `seq` once everything appended so far is durable."""
@@ -204,8 +258,18 @@ class Instance:
         ready, self._undispatched = records[:split], records[split:]
         self.dispatched_txid = max(self.dispatched_txid, durable_txid)
         self._send_persisted_acks(durable_txid)
+        now_ms = self.now_ms() if ready else 0
         for record in ready:
+            self.records.put(record)
             self.fan_out(record)
+            self.queues.on_durable(record, now_ms)
+        if self._durable_callbacks:
+            due = [cb for target, cb in self._durable_callbacks if target <= durable_txid]
+            self._durable_callbacks = [
+                (t, cb) for t, cb in self._durable_callbacks if t > durable_txid
+            ]
+            for callback in due:
+                callback()
         still = []
         for target, future in self._durable_waiters:
             if target <= durable_txid:
@@ -214,7 +278,7 @@ class Instance:
             else:
                 still.append((target, future))
         self._durable_waiters = still
-        if self._undispatched or self._durable_waiters:
+        if self._undispatched or self._durable_waiters or self._durable_callbacks:
             self._commit_wanted.set()
 
     def _send_persisted_acks(self, durable_txid: int) -> None:
@@ -241,11 +305,12 @@ class Instance:
         return compile_filter(text)
 
     def sow_delete(self, session: Session, command: pb.Command) -> None:
-        """Queue acknowledgements arrive here (Q10); no queue is configured on this path yet."""
-        raise errors.NotAQueue(f"topic {command.sow_delete.topic!r} is not a queue")
+        """Queue acknowledgements (Q10)."""
+        self.queues.sow_delete(session, command)
 
     def sow(self, session: Session, command: pb.Command) -> None:
-        raise errors.NotAQueue(f"topic {command.sow.topic!r} is not a queue or SOW topic")
+        """A `sow` of a queue (Q19)."""
+        self.queues.sow(session, command)
 
     # -- fan-out ----------------------------------------------------------------------------
 

@@ -31,6 +31,10 @@ class Session:
         self.publisher_id = 0
         self.logged_on = False
         self.subscriptions: dict[str, Subscription] = {}
+        # sub_id -> queue name, for queue subscriptions (they live in the queue engines)
+        self.queue_subscriptions: dict[str, str] = {}
+        # Unique per connection: leases belong to a connection, not to a client name (Q6).
+        self.client_id = ""
         # (txid appended last, highest own seq) per processed frame, oldest first: a persisted ack
         # for seq is sent once txid is durable (conflated, L3).
         self.pending_acks: deque[tuple[int, int]] = deque()

@@ -36,7 +36,7 @@ def generate(proto_root: Path, out_root: Path) -> list[Path]:
     code = protoc.main(args)
     if code != 0:
         raise SystemExit(f"protoc failed with exit code {code}")
-    written = []
+    written: list[Path] = []
     for proto in protos:
         stem = Path(proto).with_suffix("")
         written.extend(

@@ -1,0 +1,379 @@
+"""The thin adapter around the sans-IO queue engines (issue 4): events in, actions executed.
+
+One `QueueDriver` per configured queue. It turns durable publishes, subscribes, acks and
+disconnects into engine events with `now_ms` from the event loop's monotonic clock, executes the
+actions in contract order (removal records appended, and durable, before any later delivery),
+and re-arms one timer at `engine.next_deadline_ms()`. No queue policy is decided here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from amps import errors
+from amps.config import QueueConfig
+from amps.expr import ExprKind, Filter, Message, Priority, compile_filter, compile_priority
+from amps.log.bookmarks import Bookmark as LogBookmark
+from amps.log.records import PublishRecord, QueueAction, QueueRecord
+from amps.queue import (
+    Acked,
+    AckedByFilter,
+    AckOption,
+    Action,
+    ClientDisconnected,
+    Deliver,
+    DeliverBarrier,
+    ExpireReason,
+    MessagePublished,
+    MessageRemoved,
+    PublishDeadLetter,
+    QueueEngine,
+    QueuePolicy,
+    QueueStatistics,
+    RecordRemoval,
+    RemovalReason,
+    Subscribed,
+    Unsubscribed,
+)
+from amps.queue.subscriptions import effective_backlog
+from amps.v1 import client_pb2 as pb
+
+if TYPE_CHECKING:
+    from amps.server.instance import Instance
+    from amps.server.session import Session
+
+log = logging.getLogger("amps.queues")
+
+REMOVAL_RECORD: dict[RemovalReason, QueueAction] = {
+    RemovalReason.ACKED: QueueAction.ACK,
+    RemovalReason.EXPIRED: QueueAction.EXPIRED,
+    RemovalReason.SENT_AT_MOST_ONCE: QueueAction.DELIVERED_AT_MOST_ONCE,
+    RemovalReason.BARRIER_DELIVERED: QueueAction.BARRIER_RELEASED,
+}
+RECORD_REMOVAL = {action: reason for reason, action in REMOVAL_RECORD.items()}
+RECORD_REMOVAL[QueueAction.EXPIRE] = RemovalReason.EXPIRED
+
+
+def policy_for(config: QueueConfig) -> QueuePolicy:
+    """The engine's view of a queue's configuration."""
+    return QueuePolicy(
+        semantics=config.semantics,
+        lease_period_ms=config.lease_period_ms,
+        expiration_ms=config.expiration_ms,
+        max_backlog=config.max_backlog,
+        max_per_subscription_backlog=config.max_per_subscription_backlog,
+        max_cancels=config.max_cancels,
+        max_deliveries=config.max_deliveries,
+        fairness=config.fairness_model,
+        leasing=config.leasing,
+        target_queue_depth=config.target_queue_depth,
+        deferred_ack_expiration_ms=config.deferred_ack_expiration_ms,
+        has_priority=config.priority is not None,
+        has_barrier=config.barrier_expression is not None,
+    )
+
+
+def parse_ack_bookmarks(text: str) -> list[tuple[int, int]]:
+    """`pub|seq|,pub|seq|` -> [(publisher_id, seq)]; anything else is InvalidBookmark."""
+    found = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        bookmark = LogBookmark.parse(item)
+        found.append((bookmark.publisher_id, bookmark.seq))
+    if not found:
+        raise errors.InvalidBookmark("no bookmark given to acknowledge")
+    return found
+
+
+def ack_option(options: str) -> AckOption:
+    words = {w.strip() for w in options.split(",") if w.strip()}
+    unknown = words - {"cancel", "expire"}
+    if unknown or len(words) > 1:
+        raise errors.InvalidOptions(f"sow_delete options {options!r}: expected cancel or expire")
+    if "cancel" in words:
+        return AckOption.CANCEL
+    if "expire" in words:
+        return AckOption.EXPIRE
+    return AckOption.NONE
+
+
+class QueueDriver:
+    """Runs one queue's engine: the one loop of STYLE.md §4.2, without a task of its own."""
+
+    def __init__(self, config: QueueConfig, instance: Instance) -> None:
+        self.config = config
+        self.name = config.name
+        self.instance = instance
+        self.engine = QueueEngine(policy_for(config))
+        self.filter: Filter | None = (
+            compile_filter(config.filter, ExprKind.QUEUE_FILTER) if config.filter else None
+        )
+        self.priority: Priority | None = (
+            compile_priority(config.priority) if config.priority else None
+        )
+        self.barrier: Filter | None = (
+            compile_filter(config.barrier_expression, ExprKind.BARRIER)
+            if config.barrier_expression
+            else None
+        )
+        # (client_id, sub_id) -> engine sub id; engine sub id -> (session, sub_id)
+        self.subscribers: dict[str, tuple[Session, str]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at_ms: int | None = None
+        self.dead_letters: list[Callable[[PublishRecord, ExpireReason], None]] = []
+
+    # -- events -------------------------------------------------------------------------------
+
+    def on_published(self, record: PublishRecord, now_ms: int, *, recovering: bool = False) -> None:
+        """A durable publish on an underlying topic (Q1, A1)."""
+        message = None
+        if self.filter is not None or self.priority is not None or self.barrier is not None:
+            message = self.instance.expr_message(record)
+            if self.filter is not None and not self.filter.matches(message):
+                return
+        priority = 0
+        if self.priority is not None:
+            assert message is not None
+            # rank() keeps NULL/NaN below a real 0 (A2); the engine orders by one u64 key.
+            present, key = self.priority.rank(message)
+            priority = key + 1 if present and key < (1 << 64) - 1 else (key if present else 0)
+        is_barrier = False
+        if self.barrier is not None:
+            assert message is not None
+            is_barrier = self.barrier.matches(message)
+        age_ms = max(0, (self.instance.wall_us() - record.timestamp_us) // 1000)
+        event = MessagePublished(
+            txid=record.txid,
+            publisher_id=record.publisher_id,
+            seq=record.seq,
+            timestamp_ms=now_ms - age_ms,
+            priority=priority,
+            is_barrier=is_barrier,
+            expiration_ms=record.expiration_s * 1000 if record.expiration_s else None,
+        )
+        self.run(self.engine.handle(event, now_ms), now_ms, recovering=recovering)
+
+    def on_recovered_removal(self, record: QueueRecord, now_ms: int) -> None:
+        """Recovery (Q16): the log says these messages already left the queue."""
+        reason = RECORD_REMOVAL.get(record.action)
+        if reason is None:
+            return
+        expire = ExpireReason.TIME_LIMIT
+        if record.action == QueueAction.EXPIRE:
+            expire = ExpireReason.FORCED_EXPIRE
+        for txid in record.txids:
+            event = MessageRemoved(reason=reason, txid=txid, expire_reasons=expire)
+            self.run(self.engine.handle(event, now_ms), now_ms, recovering=True)
+
+    def subscribe(
+        self, session: Session, sub_id: str, flt: Filter | None, max_backlog: int | None
+    ) -> int:
+        """A queue subscription (Q4, Q8); returns the granted backlog."""
+        key = f"{session.client_id}/{sub_id}"
+        matches = None
+        if flt is not None:
+            matches = self._predicate(flt)
+        self.subscribers[key] = (session, sub_id)
+        now_ms = self.instance.now_ms()
+        event = Subscribed(key, session.client_id, max_backlog, matches)
+        self.run(self.engine.handle(event, now_ms), now_ms)
+        return self.granted_backlog(max_backlog)
+
+    def granted_backlog(self, max_backlog: int | None) -> int:
+        """Q8: what the subscribe ack reports as `max_backlog=N`."""
+        return effective_backlog(max_backlog, self.config.max_per_subscription_backlog)
+
+    def unsubscribe(self, session: Session, sub_id: str) -> None:
+        key = f"{session.client_id}/{sub_id}"
+        if self.subscribers.pop(key, None) is None:
+            return
+        now_ms = self.instance.now_ms()
+        self.run(self.engine.handle(Unsubscribed(key, session.client_id), now_ms), now_ms)
+
+    def disconnected(self, session: Session) -> None:
+        """Q6: every lease of the client is broken at once."""
+        prefix = f"{session.client_id}/"
+        for key in [k for k in self.subscribers if k.startswith(prefix)]:
+            del self.subscribers[key]
+        now_ms = self.instance.now_ms()
+        self.run(self.engine.handle(ClientDisconnected(session.client_id), now_ms), now_ms)
+
+    def ack(self, session: Session, bookmarks: str, flt: Filter | None, options: str) -> int:
+        """Q10–Q12: acknowledge by bookmark list or filter; returns how many left the queue."""
+        option = ack_option(options)
+        now_ms = self.instance.now_ms()
+        if flt is not None:
+            event: Acked | AckedByFilter = AckedByFilter(
+                session.client_id, self._predicate(flt), option
+            )
+        else:
+            pairs = parse_ack_bookmarks(bookmarks)
+            marks = self.instance.journal.marks
+            for publisher_id, seq in pairs:
+                if seq > marks.high_water(publisher_id):
+                    raise errors.UnknownBookmark(
+                        f"bookmark {publisher_id}|{seq}| was never published to this instance"
+                    )
+            event = Acked(session.client_id, pairs, option)
+        actions = self.engine.handle(event, now_ms)
+        removed = sum(1 for a in actions if isinstance(a, RecordRemoval))
+        self.run(actions, now_ms)
+        return removed
+
+    def deliverable(self, limit: int) -> list[PublishRecord]:
+        """Q19: the messages a `sow` of the queue returns; nothing is leased."""
+        records = []
+        for txid in self.engine.deliverable(limit):
+            record = self.instance.records.get(txid)
+            if record is not None:
+                records.append(record)
+        return records
+
+    def statistics(self) -> QueueStatistics:
+        return self.engine.statistics(self.instance.now_ms())
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def run(self, actions: list[Action], now_ms: int, *, recovering: bool = False) -> None:
+        """Execute actions in contract order, then re-arm the timer."""
+        if actions:
+            if recovering:
+                # Replaying the log: what the log already says is not written again.
+                actions = [a for a in actions if not isinstance(a, RecordRemoval)]
+            self._execute(actions, now_ms)
+        self._arm_timer()
+
+    def _execute(self, actions: list[Action], now_ms: int) -> None:
+        appended = False
+        held: list[Action] = []
+        for action in actions:
+            if isinstance(action, RecordRemoval):
+                self._append_removal(action)
+                appended = True
+            elif isinstance(action, Deliver | DeliverBarrier):
+                if appended:
+                    held.append(action)  # after the removal records are durable
+                else:
+                    self._deliver(action, now_ms)
+            elif isinstance(action, PublishDeadLetter):
+                self._dead_letter(action)
+        if held:
+            self.instance.when_durable(lambda: self._deliver_held(held))
+
+    def _deliver_held(self, held: list[Action]) -> None:
+        now_ms = self.instance.now_ms()
+        for action in held:
+            assert isinstance(action, Deliver | DeliverBarrier)
+            self._deliver(action, now_ms)
+
+    def _append_removal(self, action: RecordRemoval) -> None:
+        queue_action = REMOVAL_RECORD[action.reason]
+        if action.expire_reasons & ExpireReason.FORCED_EXPIRE:
+            queue_action = QueueAction.EXPIRE
+        reason = action.expire_reasons.reason_text() if action.expire_reasons else ""
+        record = QueueRecord(
+            txid=0,
+            timestamp_us=self.instance.wall_us(),
+            queue=self.name,
+            action=queue_action,
+            txids=(action.txid,),
+            reason=reason,
+        )
+        self.instance.append_record(record)
+
+    def _deliver(self, action: Deliver | DeliverBarrier, now_ms: int) -> None:
+        record = self.instance.records.get(action.txid)
+        if record is None:
+            log.error("queue %s: message txid %d is not in the journal", self.name, action.txid)
+            return
+        if isinstance(action, Deliver):
+            target = self.subscribers.get(action.sub_id)
+            if target is None:
+                return  # the engine learns of the disconnect next; the lease returns then
+            lease_us = 0
+            if action.lease_deadline_ms is not None:
+                lease_us = self.instance.wall_us() + (action.lease_deadline_ms - now_ms) * 1000
+            self._send(target, record, lease_us, action.delivery_count)
+            return
+        for _client_id, sub_key in action.subscriptions:
+            target = self.subscribers.get(sub_key)
+            if target is not None:
+                self._send(target, record, 0, 1)
+
+    def _send(
+        self, target: tuple[Session, str], record: PublishRecord, lease_us: int, count: int
+    ) -> None:
+        session, sub_id = target
+        delivery = pb.Delivery(
+            topic=self.name,
+            data=record.data,
+            bookmark=f"{record.publisher_id}|{record.seq}|",
+            sub_ids=[sub_id],
+            txid=record.txid,
+            timestamp_us=record.timestamp_us,
+            lease_deadline_us=lease_us,
+            delivery_count=count,
+            queue=True,
+            correlation_id=record.correlation_id,
+        )
+        session.send(pb.ServerMessage(delivery=delivery), len(record.data) + 96)
+        self.instance.statistics.delivered += 1
+
+    def _dead_letter(self, action: PublishDeadLetter) -> None:
+        record = self.instance.records.get(action.txid)
+        if record is None:
+            return
+        for publish in self.dead_letters:
+            publish(record, action.reasons)
+
+    def _predicate(self, flt: Filter) -> Callable[[int], bool]:
+        records = self.instance.records
+        expr_message = self.instance.expr_message
+
+        def matches(txid: int) -> bool:
+            record = records.get(txid)
+            return record is not None and flt.matches(expr_message(record))
+
+        return matches
+
+    # -- timer --------------------------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        deadline_ms = self.engine.next_deadline_ms()
+        if deadline_ms == self._timer_at_ms:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at_ms = deadline_ms
+        if deadline_ms is not None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_at(deadline_ms / 1000, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at_ms = None
+        now_ms = self.instance.now_ms()
+        self.run(self.engine.on_deadline(now_ms), now_ms)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def message_for(record: PublishRecord) -> Message:
+    """The expression-language view of a record."""
+    return Message(
+        record.data,
+        topic=record.topic,
+        bookmark=f"{record.publisher_id}|{record.seq}|",
+        timestamp_us=record.timestamp_us,
+        correlation_id=record.correlation_id,
+        expiration_s=record.expiration_s,
+    )
