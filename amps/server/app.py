@@ -77,7 +77,7 @@ class Server:
         self.metrics = Metrics(self.config.name, self.snapshot)
         journal.on_fsync = self.metrics.observe_fsync
         self.instance = Instance(self.config, journal, self._on_fatal)
-        self.instance.start()
+        await self.instance.start(self._journal_directory())
         await self._start_grpc()
         await self._start_admin()
         journal.start_flusher()

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from amps import __version__, errors
@@ -80,20 +81,25 @@ class Instance:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> None:
+    async def start(self, store_directory: Path) -> None:
         started = self._loop.time()
+        if self.queues.drivers:
+            await self.queues.open_store(store_directory)
         count = self.queues.recover()
         if self.queues.drivers:
             log.info(
                 "queues recovered from %d log records in %.3f s", count, self._loop.time() - started
             )
         self._committer = asyncio.create_task(self._commit_loop(), name="commit-loop")
+        if self.queues.drivers:
+            self.queues.start_checkpoints()
 
     async def stop(self) -> None:
         for session in list(self.sessions):
             session.outbox.close()
         for driver in self.queues.drivers.values():
             driver.stop()
+        await self.queues.close()
         if self._committer is not None:
             self._committer.cancel()
             await asyncio.gather(self._committer, return_exceptions=True)

@@ -3,17 +3,22 @@ dead letters (AMPS-REFERENCE §5.1) and recovery from the log (Q16)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from amps import errors
 from amps.config import ActionConfig, QueueConfig
 from amps.expr import ExprKind, Filter, compile_filter
+from amps.log.bookmarks import parse_bookmark_spec
 from amps.log.records import PublishRecord, QueueRecord
 from amps.queue import ExpireReason
+from amps.queue.snapshot_codec import SnapshotFormatError, decode_snapshot, encode_snapshot
 from amps.server.convert import success_ack
+from amps.server.queue_store import QueueStore, StoredQueue
 from amps.server.queues import QueueDriver
 from amps.v1 import client_pb2 as pb
 
@@ -26,6 +31,8 @@ log = logging.getLogger("amps.queues")
 ON_EXPIRE = "amps-action-on-sow-expire-message"
 DO_PUBLISH = "amps-action-do-publish-message"
 RECOVERY_BATCH_RECORDS = 5_000
+STORE_FILE_NAME = "queues.db"
+CHECKPOINT_INTERVAL_S = 5.0
 SOW_DEFAULT_LIMIT = 100_000
 
 
@@ -36,6 +43,9 @@ class QueueManager:
         self.instance = instance
         self.drivers: dict[str, QueueDriver] = {q.name: QueueDriver(q, instance) for q in queues}
         self._routes: dict[str, list[QueueDriver]] = {}
+        self.store: QueueStore | None = None
+        self._stored: dict[str, StoredQueue] = {}
+        self._checkpointer: asyncio.Task[None] | None = None
 
     def __contains__(self, name: str) -> bool:
         return name in self.drivers
@@ -189,18 +199,26 @@ class QueueManager:
 
         return publish
 
-    # -- recovery -----------------------------------------------------------------------------
+    # -- recovery and checkpoints ------------------------------------------------------------
+
+    async def open_store(self, directory: Path) -> None:
+        """Open the queue state store beside the journal and read what it remembers."""
+        self.store = await QueueStore.open(directory / STORE_FILE_NAME)
+        self._stored = await self.store.load()
 
     def recover(self) -> int:
-        """Q16: one replay of the log for all queues; returns the number of records read."""
+        """Q16: each queue starts from its snapshot, its recovery point or its configured
+        RecoveryPoint; one replay from the oldest start serves all. Returns records read."""
         if not self.drivers:
             return 0
         journal = self.instance.journal
         now_ms = self.instance.now_ms()
-        position = journal.first_txid
-        last = journal.last_txid
+        starts: dict[str, int] = {}
+        for name, driver in self.drivers.items():
+            starts[name] = self._start_for(driver, now_ms)
+        position = min(starts.values())
         count = 0
-        while position <= last:
+        while position <= journal.last_txid:
             records = journal.read(position, RECOVERY_BATCH_RECORDS)
             if not records:
                 break
@@ -208,13 +226,108 @@ class QueueManager:
                 count += 1
                 if isinstance(record, PublishRecord):
                     for driver in self.routes(record.topic):
-                        driver.on_published(record, now_ms, recovering=True)
+                        if record.txid >= starts[driver.name]:
+                            driver.on_published(record, now_ms, recovering=True)
                 elif isinstance(record, QueueRecord):
                     owner = self.drivers.get(record.queue)
-                    if owner is not None:
+                    if owner is not None and record.txid >= starts[owner.name]:
                         owner.on_recovered_removal(record, now_ms)
             position = records[-1].txid + 1
         return count
+
+    def _start_for(self, driver: QueueDriver, now_ms: int) -> int:
+        """The first txid this queue must replay (and restore its snapshot if it has one)."""
+        journal = self.instance.journal
+        setting = driver.config.recovery_point
+        stored = self._stored.get(driver.name)
+        if stored is None or stored.recovery_point_setting != setting:
+            return self._configured_start(setting)
+        if stored.snapshot is not None and stored.snapshot_txid + 1 >= journal.first_txid:
+            try:
+                snapshot, taken_mono_ms, taken_wall_us = decode_snapshot(stored.snapshot)
+            except SnapshotFormatError as exc:
+                log.warning("queue %s: snapshot unusable (%s); replaying", driver.name, exc)
+            else:
+                # Ages carry over: a message that was 5 s old at the snapshot is 5 s older now.
+                elapsed_ms = max(0, (self.instance.wall_us() - taken_wall_us) // 1000)
+                driver.restore(snapshot, now_ms - elapsed_ms - taken_mono_ms)
+                return snapshot.high_water_txid + 1
+        return max(stored.low_water_txid + 1, journal.first_txid)
+
+    def _configured_start(self, setting: str) -> int:
+        journal = self.instance.journal
+        if setting in ("now", "creation"):
+            return journal.last_txid + 1
+        text = "0" if setting == "epoch" else setting
+        try:
+            return journal.find_start(parse_bookmark_spec(text))
+        except errors.InvalidBookmark as exc:
+            log.warning("RecoveryPoint %r: %s; starting from the beginning", setting, exc)
+            return journal.first_txid
+
+    def start_checkpoints(self) -> None:
+        self._checkpointer = asyncio.create_task(self._checkpoint_loop(), name="queue-checkpoints")
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+            try:
+                await self.checkpoint()
+            except Exception:
+                log.exception("queue checkpoint failed; the log still holds everything")
+
+    async def checkpoint(self, *, final: bool = False) -> None:
+        """Store each changed queue's recovery point and snapshot, once what they reflect is
+        durable. Snapshots of large queues are spaced out so they cost little of the loop."""
+        loop = asyncio.get_running_loop()
+        taken: list[tuple[QueueDriver, int, bytes | None, int]] = []
+        for driver in self.drivers.values():
+            if not driver.dirty and not final:
+                continue
+            driver.dirty = False
+            snapshot_bytes = None
+            snapshot_txid = 0
+            if final or loop.time() >= driver.next_snapshot_at:
+                started = loop.time()
+                snapshot = driver.engine.snapshot()
+                snapshot_bytes = encode_snapshot(
+                    snapshot, self.instance.now_ms(), self.instance.wall_us()
+                )
+                snapshot_txid = snapshot.high_water_txid
+                cost = loop.time() - started
+                driver.next_snapshot_at = loop.time() + max(CHECKPOINT_INTERVAL_S, cost * 50)
+            taken.append((driver, driver.engine.low_water_txid(), snapshot_bytes, snapshot_txid))
+        if not taken:
+            return
+        await self.instance.wait_durable()
+        assert self.store is not None
+        for driver, low_water, snapshot_bytes, snapshot_txid in taken:
+            if snapshot_bytes is None:
+                previous = self._stored.get(driver.name)
+                if previous is not None and previous.snapshot is not None:
+                    # An older snapshot stays valid: replay covers everything after it.
+                    snapshot_bytes, snapshot_txid = previous.snapshot, previous.snapshot_txid
+            stored = StoredQueue(
+                driver.config.recovery_point, low_water, snapshot_bytes, snapshot_txid
+            )
+            self._stored[driver.name] = stored
+            await self.store.save(
+                driver.name,
+                stored.recovery_point_setting,
+                low_water,
+                snapshot_bytes,
+                snapshot_txid,
+                self.instance.wall_us(),
+            )
+
+    async def close(self) -> None:
+        """Final checkpoint (a clean restart replays nothing) and close the store."""
+        if self._checkpointer is not None:
+            self._checkpointer.cancel()
+            await asyncio.gather(self._checkpointer, return_exceptions=True)
+        if self.store is not None:
+            await self.checkpoint(final=True)
+            await self.store.close()
 
 
 def _max_backlog(request: pb.Subscribe) -> int | None:

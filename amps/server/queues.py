@@ -32,6 +32,7 @@ from amps.queue import (
     PublishDeadLetter,
     QueueEngine,
     QueuePolicy,
+    QueueSnapshot,
     QueueStatistics,
     RecordRemoval,
     RemovalReason,
@@ -126,6 +127,13 @@ class QueueDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ms: int | None = None
         self.dead_letters: list[Callable[[PublishRecord, ExpireReason], None]] = []
+        # Checkpoints: whether anything changed since the last one, and when to snapshot next.
+        self.dirty = True
+        self.next_snapshot_at = 0.0
+
+    def restore(self, snapshot: QueueSnapshot, shift_ms: int) -> None:
+        """Start from a stored snapshot (before any event was handled)."""
+        self.engine = QueueEngine.restore(self.engine.policy, snapshot, shift_ms)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -241,6 +249,7 @@ class QueueDriver:
 
     def run(self, actions: list[Action], now_ms: int, *, recovering: bool = False) -> None:
         """Execute actions in contract order, then re-arm the timer."""
+        self.dirty = True
         if actions:
             if recovering:
                 # Replaying the log: what the log already says is not written again.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 from pathlib import Path
 
@@ -114,21 +113,18 @@ async def test_leases_of_a_killed_consumer_return_at_once(queue_instance: Instan
     async with Client("kill-pub") as pub:
         await pub.connect(queue_instance.address)
         await publish_ids(pub, "orders", range(1, 11))
-    consumer = subprocess.Popen(
-        [sys.executable, "-m", "amps", "subscribe", "--server", queue_instance.address,
-         "--topic", "work", "--max-backlog", "10"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    consumer = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "amps", "subscribe", "--server", queue_instance.address,
+        "--topic", "work", "--max-backlog", "10",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
         assert consumer.stdout is not None
-        lines = [await asyncio.wait_for(asyncio.to_thread(consumer.stdout.readline), TIMEOUT_S)
-                 for _ in range(10)]  # fmt: skip
+        lines = [await asyncio.wait_for(consumer.stdout.readline(), TIMEOUT_S) for _ in range(10)]
         assert sorted(orjson.loads(line)["data"]["id"] for line in lines) == list(range(1, 11))
     finally:
-        consumer.kill()
-        consumer.wait(timeout=10)
-        if consumer.stdout is not None:
-            consumer.stdout.close()
+        consumer.kill()  # SIGKILL while it holds ten leases
+        await consumer.wait()
     async with Client("kill-heir") as heir:
         await heir.connect(queue_instance.address)
         started = asyncio.get_running_loop().time()
@@ -168,6 +164,43 @@ async def test_restart_keeps_unacked_and_forgets_acked(tmp_path: Path) -> None:
         instance.kill()
     assert set(ids).isdisjoint(acked)
     assert ids == sorted(set(range(1, 31)) - set(acked))
+
+
+async def test_restart_from_snapshot_then_replay_after_it(tmp_path: Path) -> None:
+    """Q16 beyond AMPS: a clean stop stores a snapshot; after a later SIGKILL the queue restores
+    it and replays only the log after it. Nothing acked returns, nothing unacked is lost."""
+    instance = InstanceProcess(tmp_path / "amps", config_xml(extra=WORK_QUEUE)).start()
+    acked: set[int] = set()
+    try:
+        async with Client("snap-pub") as pub, Client("snap-con") as con:
+            await pub.connect(instance.address)
+            await con.connect(instance.address)
+            await publish_ids(pub, "orders", range(1, 31))
+            for message in await take(await con.subscribe("work", max_backlog=10), 10):
+                acked.add(message.json()["id"])
+                await message.ack()
+            await con.flush_acks()
+            await con.flush(timeout_s=TIMEOUT_S)
+        await asyncio.to_thread(instance.restart)  # SIGTERM: final checkpoint with a snapshot
+        assert (instance.workdir / "journal" / "queues.db").exists()
+        async with Client("snap-pub2") as pub, Client("snap-con2") as con:
+            await pub.connect(instance.address)
+            await con.connect(instance.address)
+            await publish_ids(pub, "orders", range(31, 36))
+            for message in await take(await con.subscribe("work", max_backlog=5), 5):
+                acked.add(message.json()["id"])
+                await message.ack()
+            await con.flush_acks()
+            await con.flush(timeout_s=TIMEOUT_S)
+        await asyncio.to_thread(instance.restart, kill=True)
+        async with Client("snap-after") as after:
+            await after.connect(instance.address)
+            remaining = await take(await after.subscribe("work", max_backlog=100), 20)
+            ids = sorted(m.json()["id"] for m in remaining)
+    finally:
+        instance.kill()
+    assert len(acked) == 15
+    assert ids == sorted(set(range(1, 36)) - acked)
 
 
 async def test_publish_to_queue_name_routes_to_default_publish_target(
