@@ -81,21 +81,29 @@ class FilterSyntaxError(ClientError):
 
 
 class InvalidTopic(ClientError):
+    """A topic that is empty, too long, a regex where a name is needed, or a bad regex."""
+
     code = "invalid_topic"
     reason = "invalid topic"
 
 
 class UnknownTopic(ClientError):
+    """A topic this instance does not know."""
+
     code = "unknown_topic"
     reason = "invalid topic"
 
 
 class InvalidBookmark(ClientError):
+    """A bookmark that does not parse or is not in the transaction log."""
+
     code = "invalid_bookmark"
     reason = "invalid bookmark"
 
 
 class InvalidOptions(ClientError):
+    """Options, ids or arguments of a command that are not valid."""
+
     code = "invalid_options"
     reason = "invalid options"
 
@@ -113,31 +121,43 @@ class MessageTooLarge(ClientError):
 
 
 class NameInUse(ClientError):
+    """The client name is held by a connection of another user (L6), or was taken over."""
+
     code = "name_in_use"
     reason = "name in use"
 
 
 class LogonRequired(ClientError):
+    """A command sent before the connection's logon."""
+
     code = "logon_required"
     reason = "logon required"
 
 
 class UnknownCommand(ClientError):
+    """A command this instance does not know."""
+
     code = "unknown_command"
     reason = "unknown command"
 
 
 class NotEntitled(ClientError):
+    """The user may not do this."""
+
     code = "not_entitled"
     reason = "not entitled"
 
 
 class NotAQueue(ClientError):
+    """A queue command (ack, sow) on a topic that is not a queue."""
+
     code = "not_a_queue"
     reason = "not supported"
 
 
 class UnknownBookmark(ClientError):
+    """An ack naming a message this instance never received."""
+
     code = "unknown_bookmark"
     reason = "invalid bookmark"
 
@@ -150,6 +170,8 @@ class ServerError(AmpsError):
 
 
 class Unavailable(ServerError):
+    """The instance cannot serve the request now; try again or elsewhere."""
+
     code = "unavailable"
     reason = "unavailable"
     retriable = True
