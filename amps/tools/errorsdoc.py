@@ -40,7 +40,10 @@ def _status(cls: type[errors.AmpsError]) -> str:
 def render() -> str:
     """The whole page."""
     rows = []
-    classes = [errors.AmpsError, *errors._all_subclasses(errors.AmpsError)]
+    classes: list[type[errors.AmpsError]] = [
+        errors.AmpsError,
+        *errors._all_subclasses(errors.AmpsError),
+    ]
     for cls in classes:
         parent = cls.__mro__[1].__name__ if cls is not errors.AmpsError else "Exception"
         doc = (inspect.getdoc(cls) or "").split("\n")[0]
