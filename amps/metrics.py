@@ -1,19 +1,51 @@
 """The one place that names Prometheus metrics. Reads statistics snapshots at scrape time.
 
 Names use base units and `_total` for counters; no `instance` label (Prometheus adds its own).
+Every metric is declared once in the tables below (`INSTANCE_METRICS`, `QUEUE_METRICS`, ...);
+the collectors and `docs/reference/metrics.md` (`python -m amps.tools.metricsdoc`) both read them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from amps.queue import QueueStatistics
+
 # fsync latency is observed directly (a few hundred times a second at most).
 FSYNC_BUCKETS_SECONDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
+
+MetricKind = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One exposed metric: `name` is the family name (a counter is exposed as `name_total`)."""
+
+    name: str
+    kind: MetricKind
+    help: str
+    labels: tuple[str, ...]
+    amps: str = ""
+    """The AMPS statistic it corresponds to (AMPS-REFERENCE §5.3), if any."""
+
+    @property
+    def exposed(self) -> str:
+        """The sample name a scrape shows."""
+        return f"{self.name}_total" if self.kind == "counter" else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """One queue at one scrape."""
+
+    queue: str
+    statistics: QueueStatistics
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +65,268 @@ class InstanceSnapshot:
     fsync_count: int
     connected_clients: int
     subscriptions: int
+    record_cache_misses: int = 0
+    queues: tuple[QueueSnapshot, ...] = field(default=())
+
+
+NODE = ("node",)
+NODE_TOPIC = ("node", "topic")
+NODE_QUEUE = ("node", "queue")
+
+PUBLISHED_MESSAGES = MetricSpec(
+    "amps_published_messages", "counter", "Messages published, by topic", NODE_TOPIC
+)
+PUBLISHED_BYTES = MetricSpec(
+    "amps_published_bytes", "counter", "Payload bytes published, by topic", NODE_TOPIC
+)
+FSYNC_SECONDS = MetricSpec("amps_journal_fsync_seconds", "histogram", "Journal fsync latency", NODE)
+
+InstanceReader = Callable[[InstanceSnapshot], float]
+QueueReader = Callable[[QueueStatistics], float]
+
+
+def _seconds(ms: int | None) -> float:
+    """An age in milliseconds as seconds; an absent age (nothing there) is 0."""
+    return 0.0 if ms is None else ms / 1000.0
+
+
+INSTANCE_METRICS: tuple[tuple[MetricSpec, InstanceReader], ...] = (
+    (
+        MetricSpec(
+            "amps_persisted_acks",
+            "counter",
+            "Persisted acknowledgements sent (conflated)",
+            NODE,
+        ),
+        lambda s: s.persisted_acks,
+    ),
+    (
+        MetricSpec(
+            "amps_duplicates_discarded", "counter", "Publishes discarded as duplicates (L4)", NODE
+        ),
+        lambda s: s.duplicates,
+    ),
+    (
+        MetricSpec(
+            "amps_delivered_messages", "counter", "Messages delivered to subscriptions", NODE
+        ),
+        lambda s: s.delivered,
+    ),
+    (
+        MetricSpec(
+            "amps_rejected_commands", "counter", "Commands answered with a failure ack", NODE
+        ),
+        lambda s: s.rejected,
+    ),
+    (
+        MetricSpec("amps_journal_fsyncs", "counter", "fsync calls on the journal", NODE),
+        lambda s: s.fsync_count,
+    ),
+    (
+        MetricSpec(
+            "amps_record_cache_misses",
+            "counter",
+            "Message records read back from the journal because the record cache missed",
+            NODE,
+        ),
+        lambda s: s.record_cache_misses,
+    ),
+    (
+        MetricSpec("amps_journal_bytes", "gauge", "Bytes in journal segments", NODE),
+        lambda s: s.journal_bytes,
+    ),
+    (
+        MetricSpec("amps_journal_segments", "gauge", "Journal segment files", NODE),
+        lambda s: s.journal_segments,
+    ),
+    (
+        MetricSpec("amps_journal_last_txid", "gauge", "Last transaction id appended", NODE),
+        lambda s: s.last_txid,
+    ),
+    (
+        MetricSpec("amps_connected_clients", "gauge", "Client connections", NODE),
+        lambda s: s.connected_clients,
+    ),
+    (
+        MetricSpec("amps_subscriptions", "gauge", "Pub/sub subscriptions", NODE),
+        lambda s: s.subscriptions,
+    ),
+)
+
+QUEUE_METRICS: tuple[tuple[MetricSpec, QueueReader], ...] = (
+    (
+        MetricSpec(
+            "amps_queue_depth",
+            "gauge",
+            "Active messages not yet removed, leased or not",
+            NODE_QUEUE,
+            "queue_depth",
+        ),
+        lambda q: q.depth,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_leased_messages",
+            "gauge",
+            "Leased messages awaiting an ack (at-most-once: sent, not yet acked)",
+            NODE_QUEUE,
+            "backlog",
+        ),
+        lambda q: q.leased_count,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_deliverable_messages",
+            "gauge",
+            "Active messages not leased",
+            NODE_QUEUE,
+        ),
+        lambda q: q.deliverable_count,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_inactive_messages",
+            "gauge",
+            "Messages held beyond TargetQueueDepth",
+            NODE_QUEUE,
+            "inactive_message_count",
+        ),
+        lambda q: q.inactive_count,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_deferred_acks",
+            "gauge",
+            "Acks held for messages not yet in the queue",
+            NODE_QUEUE,
+            "deferred_ack_count",
+        ),
+        lambda q: q.deferred_ack_count,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_oldest_message_age_seconds",
+            "gauge",
+            "Age of the oldest message not removed (0 when empty)",
+            NODE_QUEUE,
+            "seconds_behind",
+        ),
+        lambda q: _seconds(q.oldest_message_age_ms),
+    ),
+    (
+        MetricSpec(
+            "amps_queue_oldest_lease_age_seconds",
+            "gauge",
+            "Age of the oldest current lease (0 when none)",
+            NODE_QUEUE,
+            "age_of_oldest_lease",
+        ),
+        lambda q: _seconds(q.oldest_lease_age_ms),
+    ),
+    (
+        MetricSpec("amps_queue_subscriptions", "gauge", "Queue subscriptions", NODE_QUEUE),
+        lambda q: q.subscription_count,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_entered_messages", "counter", "Messages that entered the queue", NODE_QUEUE
+        ),
+        lambda q: q.entered_total,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_delivered_messages",
+            "counter",
+            "Deliveries to subscriptions, first or again",
+            NODE_QUEUE,
+        ),
+        lambda q: q.delivered_total,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_redelivered_messages",
+            "counter",
+            "Deliveries of a message delivered before",
+            NODE_QUEUE,
+        ),
+        lambda q: q.redelivered_total,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_acked_messages", "counter", "Messages removed by an ack", NODE_QUEUE
+        ),
+        lambda q: q.acked_total,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_cancelled_messages",
+            "counter",
+            "Leases given back by a cancel",
+            NODE_QUEUE,
+        ),
+        lambda q: q.cancelled_total,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_sent_at_most_once_messages",
+            "counter",
+            "Messages removed on delivery (at-most-once)",
+            NODE_QUEUE,
+        ),
+        lambda q: q.sent_at_most_once_total,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_barrier_delivered_messages",
+            "counter",
+            "Barrier messages released to subscriptions",
+            NODE_QUEUE,
+        ),
+        lambda q: q.barrier_delivered_total,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_expired_leases",
+            "counter",
+            "Leases that ran out",
+            NODE_QUEUE,
+            "expired_leases",
+        ),
+        lambda q: q.expired_leases_total,
+    ),
+)
+
+QUEUE_EXPIRED = MetricSpec(
+    "amps_queue_expired_messages",
+    "counter",
+    "Messages expired, by primary reason",
+    (*NODE_QUEUE, "reason"),
+)
+EXPIRED_BY_REASON: tuple[tuple[str, QueueReader], ...] = (
+    ("time_limit", lambda q: q.expired_time_limit_total),
+    ("forced_expire", lambda q: q.expired_forced_total),
+    ("max_cancels", lambda q: q.expired_max_cancels_total),
+    ("max_deliveries", lambda q: q.expired_max_deliveries_total),
+)
+
+
+def all_metrics() -> list[MetricSpec]:
+    """Every metric an instance exposes, in documentation order."""
+    return [
+        PUBLISHED_MESSAGES,
+        PUBLISHED_BYTES,
+        *(spec for spec, _ in INSTANCE_METRICS),
+        FSYNC_SECONDS,
+        *(spec for spec, _ in QUEUE_METRICS),
+        QUEUE_EXPIRED,
+    ]
+
+
+def _family(spec: MetricSpec) -> CounterMetricFamily | GaugeMetricFamily:
+    if spec.kind == "counter":
+        return CounterMetricFamily(spec.name, spec.help, labels=list(spec.labels))
+    assert spec.kind == "gauge"
+    return GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
 
 
 class _InstanceCollector(Collector):
@@ -41,42 +335,31 @@ class _InstanceCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self._snapshot()
-        published = CounterMetricFamily(
-            "amps_published_messages", "Messages published, by topic", labels=["node", "topic"]
-        )
-        published_bytes = CounterMetricFamily(
-            "amps_published_bytes", "Payload bytes published, by topic", labels=["node", "topic"]
-        )
+        published = _family(PUBLISHED_MESSAGES)
+        published_bytes = _family(PUBLISHED_BYTES)
         for topic, count in sorted(s.published_by_topic.items()):
             published.add_metric([s.node, topic], count)
             published_bytes.add_metric([s.node, topic], s.published_bytes_by_topic.get(topic, 0))
         yield published
         yield published_bytes
-        counters = {
-            "amps_persisted_acks": (
-                "Persisted acknowledgements sent (conflated)",
-                s.persisted_acks,
-            ),
-            "amps_duplicates_discarded": ("Publishes discarded as duplicates (L4)", s.duplicates),
-            "amps_delivered_messages": ("Messages delivered to subscriptions", s.delivered),
-            "amps_rejected_commands": ("Commands answered with a failure ack", s.rejected),
-            "amps_journal_fsyncs": ("fsync calls on the journal", s.fsync_count),
-        }
-        for name, (doc, value) in counters.items():
-            family = CounterMetricFamily(name, doc, labels=["node"])
-            family.add_metric([s.node], value)
+        for spec, read in INSTANCE_METRICS:
+            family = _family(spec)
+            family.add_metric([s.node], read(s))
             yield family
-        gauges = {
-            "amps_journal_bytes": ("Bytes in journal segments", s.journal_bytes),
-            "amps_journal_segments": ("Journal segment files", s.journal_segments),
-            "amps_journal_last_txid": ("Last transaction id appended", s.last_txid),
-            "amps_connected_clients": ("Client connections", s.connected_clients),
-            "amps_subscriptions": ("Pub/sub subscriptions", s.subscriptions),
-        }
-        for name, (doc, value) in gauges.items():
-            gauge = GaugeMetricFamily(name, doc, labels=["node"])
-            gauge.add_metric([s.node], value)
-            yield gauge
+        yield from self._queues(s)
+
+    @staticmethod
+    def _queues(s: InstanceSnapshot) -> Iterator[Metric]:
+        for spec, read in QUEUE_METRICS:
+            family = _family(spec)
+            for q in s.queues:
+                family.add_metric([s.node, q.queue], read(q.statistics))
+            yield family
+        expired = _family(QUEUE_EXPIRED)
+        for q in s.queues:
+            for reason, read in EXPIRED_BY_REASON:
+                expired.add_metric([s.node, q.queue, reason], read(q.statistics))
+        yield expired
 
 
 class Metrics:
@@ -86,9 +369,9 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.registry.register(_InstanceCollector(snapshot))
         self.fsync_seconds = Histogram(
-            "amps_journal_fsync_seconds",
-            "Journal fsync latency",
-            labelnames=["node"],
+            FSYNC_SECONDS.name,
+            FSYNC_SECONDS.help,
+            labelnames=list(FSYNC_SECONDS.labels),
             buckets=FSYNC_BUCKETS_SECONDS,
             registry=self.registry,
         ).labels(node=node)

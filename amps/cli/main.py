@@ -13,6 +13,7 @@ COMMAND_MODULES: list[tuple[str, str]] = [
     ("amps.cli.client_cmds", "COMMANDS"),
     ("amps.cli.expr_cmd", "expr"),
     ("amps.cli.journal_cmd", "journal"),
+    ("amps.cli.admin_cmds", "admin"),
 ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import urllib.parse
 from collections.abc import Callable
 
 import orjson
@@ -17,13 +18,21 @@ log = logging.getLogger("amps.admin")
 
 MAX_REQUEST_BYTES = 8192
 Route = Callable[[], tuple[str, bytes]]
+PrefixRoute = Callable[[str], tuple[int, str, bytes]]
+"""(rest of the path after the prefix, percent-decoded) -> (status, content type, body)."""
 
 
 class AdminHttpServer:
-    """Serves routes: path -> () -> (content type, body)."""
+    """Serves routes: path -> () -> (content type, body); and prefixes for paths with an id.
 
-    def __init__(self, routes: dict[str, Route]) -> None:
+    An exact route wins; otherwise the longest prefix that the path starts with answers.
+    """
+
+    def __init__(
+        self, routes: dict[str, Route], prefixes: dict[str, PrefixRoute] | None = None
+    ) -> None:
         self.routes = routes
+        self.prefixes = dict(prefixes or {})
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -54,12 +63,19 @@ class AdminHttpServer:
                 await self._respond(writer, 405, "text/plain", b"only GET is supported\n")
                 return
             route = self.routes.get(path)
-            if route is None:
-                body = orjson.dumps({"error": f"no such path {path}", "paths": sorted(self.routes)})
-                await self._respond(writer, 404, "application/json", body)
+            if route is not None:
+                content_type, body = route()
+                await self._respond(writer, 200, content_type, body)
                 return
-            content_type, body = route()
-            await self._respond(writer, 200, content_type, body)
+            for prefix in sorted(self.prefixes, key=len, reverse=True):
+                if path.startswith(prefix) and len(path) > len(prefix):
+                    rest = urllib.parse.unquote(path[len(prefix) :])
+                    status, content_type, body = self.prefixes[prefix](rest)
+                    await self._respond(writer, status, content_type, body)
+                    return
+            paths = sorted([*self.routes, *(f"{p}<id>" for p in self.prefixes)])
+            body = orjson.dumps({"error": f"no such path {path}", "paths": paths})
+            await self._respond(writer, 404, "application/json", body)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
         except ConnectionError:

@@ -19,8 +19,9 @@ from grpc_reflection.v1alpha import reflection
 from amps import errors
 from amps.config import Config
 from amps.log.journal import Journal
-from amps.metrics import InstanceSnapshot, Metrics
+from amps.metrics import InstanceSnapshot, Metrics, QueueSnapshot
 from amps.server.admin_http import AdminHttpServer
+from amps.server.admin_routes import QUEUES_PATH, QueueRoutes
 from amps.server.client_service import ClientService
 from amps.server.fatal import FatalReason, fatal
 from amps.server.instance import Instance
@@ -135,14 +136,20 @@ class Server:
         if admin is None or admin.inet_addr is None:
             return
         assert self.metrics is not None
+        assert self.instance is not None
         metrics = self.metrics
+        queue_manager = self.instance.queues
+        queues = QueueRoutes(self.config.name, lambda: queue_manager.drivers)
         self._admin = AdminHttpServer(
             {
                 "/metrics": lambda: ("text/plain; version=0.0.4", metrics.render()),
                 "/amps/instance": self._status_json,
                 "/amps/instance.json": self._status_json,
+                QUEUES_PATH: queues.list_json,
+                f"{QUEUES_PATH}.json": queues.list_json,
                 "/health": lambda: ("text/plain", b"ok\n"),
-            }
+            },
+            {f"{QUEUES_PATH}/": queues.one_json},
         )
         try:
             self.admin_port = await self._admin.start(admin.inet_addr.host, admin.inet_addr.port)
@@ -162,7 +169,9 @@ class Server:
             "subscriptions": s.subscriptions,
             "persisted_acks": s.persisted_acks,
             "duplicates_discarded": s.duplicates,
+            "record_cache_misses": s.record_cache_misses,
             "published_by_topic": s.published_by_topic,
+            "queue_depths": {q.queue: q.statistics.depth for q in s.queues},
         }
         return "application/json", orjson.dumps(body, option=orjson.OPT_INDENT_2)
 
@@ -186,6 +195,11 @@ class Server:
             fsync_count=journal.fsync_count,
             connected_clients=len(instance.sessions),
             subscriptions=len(instance.subscriptions),
+            record_cache_misses=instance.records.misses,
+            queues=tuple(
+                QueueSnapshot(name, driver.statistics())
+                for name, driver in sorted(instance.queues.drivers.items())
+            ),
         )
 
     def _on_fatal(self, exc: BaseException) -> None:

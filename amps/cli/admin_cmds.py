@@ -1,0 +1,179 @@
+"""Admin commands over the admin HTTP interface: `amps admin queues`, `status`, `metrics`.
+
+`--server` is the admin address (`Admin/InetAddr`), not the gRPC transport. Exit statuses:
+0 success; 1 the admin interface answered with an HTTP error (or an unreadable body); 2 usage
+error (click); 3 the admin address could not be reached within `--timeout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Any, NoReturn
+
+import click
+
+EXIT_OK = 0
+EXIT_HTTP_ERROR = 1
+EXIT_UNREACHABLE = 3
+
+QUEUES_PATH = "/amps/instance/queues.json"
+STATUS_PATH = "/amps/instance.json"
+METRICS_PATH = "/metrics"
+
+# (heading, key in the queue JSON, format)
+TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("QUEUE", "name", "s"),
+    ("DEPTH", "queue_depth", "d"),
+    ("BACKLOG", "backlog", "d"),
+    ("DELIVERABLE", "deliverable_count", "d"),
+    ("INACTIVE", "inactive_message_count", "d"),
+    ("OLDEST_S", "seconds_behind", ".1f"),
+    ("OLDEST_LEASE_S", "age_of_oldest_lease", ".1f"),
+    ("SUBS", "subscription_count", "d"),
+)
+
+
+class AdminError(Exception):
+    """A request failed; `status` is the exit status to use."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def base_url(server: str) -> str:
+    """`HOST:PORT` or `http://HOST:PORT` -> `http://HOST:PORT`."""
+    server = server.strip().rstrip("/")
+    if "://" not in server:
+        server = f"http://{server}"
+    if not server.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{server!r}: expected HOST:PORT or http://HOST:PORT")
+    return server
+
+
+def fetch(server: str, path: str, timeout_s: float) -> bytes:
+    """GET one admin path; AdminError on an unreachable address or an HTTP error status."""
+    url = base_url(server) + path
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            body: bytes = response.read()
+            return body
+    except urllib.error.HTTPError as error:
+        detail = error.read().decode("utf-8", "replace").strip()
+        with contextlib.suppress(ValueError, AttributeError):
+            detail = str(json.loads(detail).get("error", detail))
+        message = f"{url}: HTTP {error.code} {error.reason}" + (f": {detail}" if detail else "")
+        raise AdminError(EXIT_HTTP_ERROR, message) from error
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+        reason = getattr(error, "reason", error)
+        raise AdminError(
+            EXIT_UNREACHABLE, f"cannot reach the admin interface at {url}: {reason}"
+        ) from error
+
+
+def fetch_json(server: str, path: str, timeout_s: float) -> Any:
+    body = fetch(server, path, timeout_s)
+    try:
+        return json.loads(body)
+    except ValueError as error:
+        raise AdminError(EXIT_HTTP_ERROR, f"{path}: not JSON: {error}") from error
+
+
+def queues_table(queues: list[dict[str, Any]]) -> str:
+    """A fixed-width table, one row per queue."""
+    rows = [[heading for heading, _, _ in TABLE_COLUMNS]]
+    for queue in queues:
+        row = []
+        for _, key, fmt in TABLE_COLUMNS:
+            value = queue.get(key)
+            row.append("-" if value is None else format(value, fmt))
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _exit_on_error(error: AdminError) -> NoReturn:
+    click.echo(f"amps: {error.message}", err=True)
+    sys.exit(error.status)
+
+
+server_option = click.option(
+    "--server",
+    required=True,
+    envvar="AMPS_ADMIN",
+    help="Admin HTTP address HOST:PORT (Admin/InetAddr; env AMPS_ADMIN).",
+)
+timeout_option = click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the admin interface before exiting with status 3.",
+)
+
+
+@click.group("admin")
+def admin() -> None:
+    """Inspect a running instance through its admin HTTP interface."""
+
+
+@admin.command("queues")
+@server_option
+@timeout_option
+@click.option(
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="A readable table, or the full JSON of every queue.",
+)
+def queues(server: str, timeout_s: float, output: str) -> None:
+    """Depth, backlog (leased), deliverable and oldest ages of every queue."""
+    try:
+        body = fetch_json(server, QUEUES_PATH, timeout_s)
+    except AdminError as error:
+        _exit_on_error(error)
+    items: list[dict[str, Any]] = body.get("queues", []) if isinstance(body, dict) else []
+    if output == "json":
+        click.echo(json.dumps(body, indent=2))
+    elif not items:
+        click.echo("no queues configured")
+    else:
+        click.echo(queues_table(items))
+
+
+@admin.command("status")
+@server_option
+@timeout_option
+def status(server: str, timeout_s: float) -> None:
+    """The instance status JSON (/amps/instance.json)."""
+    try:
+        body = fetch_json(server, STATUS_PATH, timeout_s)
+    except AdminError as error:
+        _exit_on_error(error)
+    click.echo(json.dumps(body, indent=2))
+
+
+@admin.command("metrics")
+@server_option
+@timeout_option
+def metrics(server: str, timeout_s: float) -> None:
+    """The raw Prometheus exposition (/metrics)."""
+    try:
+        body = fetch(server, METRICS_PATH, timeout_s)
+    except AdminError as error:
+        _exit_on_error(error)
+    click.echo(body.decode("utf-8", "replace"), nl=False)

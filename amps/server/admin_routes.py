@@ -1,0 +1,129 @@
+"""Queue pages of the admin HTTP interface: `/amps/instance/queues[.json]` and `.../queues/<id>`.
+
+The JSON keeps the AMPS statistic names where AMPS has one (AMPS-REFERENCE §5.3: `queue_depth`,
+`backlog`, `seconds_behind`, `age_of_oldest_lease`, `expired_leases`, `deferred_ack_count`,
+`inactive_message_count`, and the config echo `topic`, `message_type`, `max_backlog`,
+`target_queue_depth`); the rest are this broker's own counters, named like the metrics.
+A queue is found by its name or by the AMPS id `<topic>!<messagetype>`, either with `.json`.
+A leaf, `.../queues/<id>/<statistic>`, answers `{"<statistic>": value}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import orjson
+
+from amps.config import QueueConfig
+from amps.queue import QueueStatistics
+
+JSON = "application/json"
+QUEUES_PATH = "/amps/instance/queues"
+
+
+class QueueSource(Protocol):
+    """What a page needs from one queue (a `QueueDriver` is one)."""
+
+    @property
+    def config(self) -> QueueConfig: ...
+
+    def statistics(self) -> QueueStatistics: ...
+
+
+def _seconds(ms: int | None) -> float:
+    return 0.0 if ms is None else ms / 1000.0
+
+
+def queue_id(config: QueueConfig) -> str:
+    """The AMPS admin id of a queue: `<topic>!<messagetype>`."""
+    return f"{config.name}!{config.message_type}"
+
+
+def queue_json(config: QueueConfig, s: QueueStatistics) -> dict[str, Any]:
+    """One queue: config echo, then statistics (AMPS names first)."""
+    return {
+        "id": queue_id(config),
+        "name": config.name,
+        "topic": config.name,
+        "kind": config.kind,
+        "underlying_topic": config.underlying_topic,
+        "message_type": config.message_type,
+        "semantics": config.semantics,
+        "lease_period_seconds": _seconds(config.lease_period_ms),
+        "max_backlog": config.max_backlog,
+        "max_per_subscription_backlog": config.max_per_subscription_backlog,
+        "target_queue_depth": config.target_queue_depth,
+        # AMPS snapshot statistics
+        "queue_depth": s.depth,
+        "backlog": s.leased_count,
+        "seconds_behind": _seconds(s.oldest_message_age_ms),
+        "age_of_oldest_lease": _seconds(s.oldest_lease_age_ms),
+        "expired_leases": s.expired_leases_total,
+        "deferred_ack_count": s.deferred_ack_count,
+        "inactive_message_count": s.inactive_count,
+        # this broker's own
+        "deliverable_count": s.deliverable_count,
+        "subscription_count": s.subscription_count,
+        "entered_count": s.entered_total,
+        "delivered_count": s.delivered_total,
+        "redelivered_count": s.redelivered_total,
+        "acked_count": s.acked_total,
+        "cancelled_count": s.cancelled_total,
+        "expired_count": s.expired_total,
+        "expired_by_reason": {
+            "time_limit": s.expired_time_limit_total,
+            "forced_expire": s.expired_forced_total,
+            "max_cancels": s.expired_max_cancels_total,
+            "max_deliveries": s.expired_max_deliveries_total,
+        },
+        "sent_at_most_once_count": s.sent_at_most_once_total,
+        "barrier_delivered_count": s.barrier_delivered_total,
+    }
+
+
+def _dumps(body: object) -> bytes:
+    return orjson.dumps(body, option=orjson.OPT_INDENT_2)
+
+
+class QueueRoutes:
+    """The queue pages over a live name -> queue mapping (read at each request)."""
+
+    def __init__(self, node: str, queues: Callable[[], Mapping[str, QueueSource]]) -> None:
+        self.node = node
+        self._queues = queues
+
+    def list_json(self) -> tuple[str, bytes]:
+        """`/amps/instance/queues`: every queue, by name."""
+        queues = self._queues()
+        items = [queue_json(q.config, q.statistics()) for _, q in sorted(queues.items())]
+        return JSON, _dumps({"node": self.node, "queues": items})
+
+    def one_json(self, rest: str) -> tuple[int, str, bytes]:
+        """`/amps/instance/queues/<rest>`: one queue, or one statistic of it; 404 JSON if none."""
+        queues = self._queues()
+        found = self._find(queues, rest)
+        if found is not None:
+            return 200, JSON, _dumps(queue_json(found.config, found.statistics()))
+        head, sep, leaf = rest.rpartition("/")
+        if sep:
+            queue = self._find(queues, head)
+            if queue is not None:
+                body = queue_json(queue.config, queue.statistics())
+                key = leaf.removesuffix(".json")
+                if key in body:
+                    return 200, JSON, _dumps({key: body[key]})
+                missing = f"queue {queue.config.name} has no statistic {key!r}"
+                return 404, JSON, _dumps({"error": missing, "statistics": sorted(body)})
+        return 404, JSON, _dumps({"error": f"no such queue {rest!r}", "queues": sorted(queues)})
+
+    @staticmethod
+    def _find(queues: Mapping[str, QueueSource], text: str) -> QueueSource | None:
+        for candidate in (text, text.removesuffix(".json")):
+            if candidate in queues:
+                return queues[candidate]
+            name, bang, message_type = candidate.rpartition("!")
+            queue = queues.get(name) if bang else None
+            if queue is not None and queue.config.message_type == message_type:
+                return queue
+        return None
