@@ -33,3 +33,10 @@ def test_config_error_names_path_value_and_expectation() -> None:
 
 def test_errors_reference_page_is_current() -> None:
     assert errorsdoc.main(["--check"]) == 0
+
+
+def test_cli_reference_page_is_current() -> None:
+    """docs/reference/cli.md is generated from the commands' help (amps.tools.clidoc)."""
+    from amps.tools import clidoc
+
+    assert clidoc.main(["--check"]) == 0
