@@ -1,6 +1,8 @@
 """Queue engine memory and throughput: bytes per queued message at 1,000,000 messages, the
-time to publish them, and deliver+ack through 4 subscriptions with backlog 100. Printed, never
-asserted. Run: ``.venv/bin/python -m bench.bench_queue_memory [--messages N]``."""
+time to publish them (one `handle` each, and `handle_many` per 100), and deliver+ack through 4
+subscriptions with backlog 100: one bookmark per `Acked`, and acks batched per client as a client
+library sends them (one `Acked` per client per round). Printed, never asserted.
+Run: ``.venv/bin/python -m bench.bench_queue_memory [--messages N]``."""
 
 from __future__ import annotations
 
@@ -16,6 +18,15 @@ def publish(engine: QueueEngine, count: int) -> float:
     start = time.perf_counter()
     for txid in range(1, count + 1):
         engine.handle(MessagePublished(txid, 7, txid, 0), 0)
+    return time.perf_counter() - start
+
+
+def publish_batched(engine: QueueEngine, count: int, batch: int = 100) -> float:
+    """Publish `count` messages through `handle_many`, `batch` per call; return seconds."""
+    start = time.perf_counter()
+    for first in range(1, count + 1, batch):
+        last = min(first + batch, count + 1)
+        engine.handle_many([MessagePublished(t, 7, t, 0) for t in range(first, last)], 0)
     return time.perf_counter() - start
 
 
@@ -55,12 +66,37 @@ def measure_throughput(count: int) -> None:
     print(f"deliver+ack: {count / seconds:,.0f} msgs/s ({seconds:.2f} s, 4 subs, backlog 100)")
 
 
+def measure_batched(count: int) -> None:
+    """The same with batches: publishes per 100, and each client acks all it holds at once."""
+    engine = QueueEngine(QueuePolicy(lease_period_ms=30_000, max_per_subscription_backlog=100))
+    seconds = publish_batched(engine, count)
+    print(f"publish (handle_many x100): {count / seconds:,.0f} msgs/s ({seconds:.2f} s)")
+    start = time.perf_counter()
+    held: dict[str, list[tuple[int, int]]] = {}
+    for i in range(4):
+        for action in engine.handle(Subscribed(f"s{i}", f"c{i}", 100, None), 0):
+            if isinstance(action, Deliver):
+                held.setdefault(action.client_id, []).append((7, action.txid))
+    acked = 0
+    while held:
+        rounds, held = held, {}
+        for client_id, marks in rounds.items():
+            for action in engine.handle(Acked(client_id, marks), 1):
+                if isinstance(action, Deliver):
+                    held.setdefault(action.client_id, []).append((7, action.txid))
+            acked += len(marks)
+    seconds = time.perf_counter() - start
+    assert acked == count == engine.statistics(1).acked_total
+    print(f"deliver+ack (acks batched per client): {count / seconds:,.0f} msgs/s ({seconds:.2f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000)
     args = parser.parse_args()
     measure_memory(args.messages)
     measure_throughput(args.messages)
+    measure_batched(args.messages)
 
 
 if __name__ == "__main__":

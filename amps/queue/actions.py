@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, IntFlag
 
+from amps.queue.fastinit import speed_up
+
 
 class RemovalReason(Enum):
     """Why a message left the queue; every way out is counted (statistics add up)."""
@@ -93,3 +95,7 @@ class PublishDeadLetter(Action):
 
     txid: int
     reasons: ExpireReason
+
+
+for _cls in (Deliver, DeliverBarrier, RecordRemoval, PublishDeadLetter):
+    speed_up(_cls)

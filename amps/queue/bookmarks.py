@@ -1,7 +1,8 @@
 """Bookmark -> txid lookup for acks by bookmark (Q10), kept compact.
 
 A publisher's sequence numbers increase in log order (L2, L4), so each publisher keeps two
-parallel arrays sorted by seq and a lookup is a bisect: 16 bytes per message. A seq that
+parallel arrays sorted by seq and a lookup is a bisect (or one subtraction while the
+publisher's seqs in this queue have no gaps): 16 bytes per message. A seq that
 arrives out of order (should not happen) falls back to a small dict.
 """
 
@@ -32,11 +33,12 @@ class BookmarkIndex:
     def add(self, publisher_id: int, seq: int, txid: int) -> None:
         """Index a new message."""
         self.entry_count += 1
-        last = self._max_seq.get(publisher_id)
+        max_seq = self._max_seq
+        last = max_seq.get(publisher_id)
         if last is not None and seq <= last:
             self._unordered[(publisher_id, seq)] = txid
             return
-        self._max_seq[publisher_id] = seq
+        max_seq[publisher_id] = seq
         run = self._runs.get(publisher_id)
         if run is None:
             run = self._runs[publisher_id] = _PublisherRun()
@@ -47,9 +49,14 @@ class BookmarkIndex:
         """The txid of the bookmark, or None if it is not indexed."""
         run = self._runs.get(publisher_id)
         if run is not None:
-            i = bisect_left(run.seqs, seq)
-            if i < len(run.seqs) and run.seqs[i] == seq:
+            seqs = run.seqs
+            i = seq - seqs[0]  # dense seqs: no search
+            if not (0 <= i < len(seqs) and seqs[i] == seq):
+                i = bisect_left(seqs, seq)
+            if i < len(seqs) and seqs[i] == seq:
                 return run.txids[i]
+        if not self._unordered:
+            return None
         return self._unordered.get((publisher_id, seq))
 
     def seen(self, publisher_id: int, seq: int) -> bool:
@@ -57,11 +64,15 @@ class BookmarkIndex:
         last = self._max_seq.get(publisher_id)
         return last is not None and seq <= last
 
-    def compact(self, keep: Callable[[int], bool]) -> None:
-        """Drop every entry whose txid `keep` rejects; O(entries)."""
+    def compact(self, keep: Callable[[int], bool], below: int = 0) -> None:
+        """Drop every entry below txid `below` and every other one `keep` rejects.
+
+        A run's txids increase, so the entries below `below` are a prefix cut without calls.
+        """
         count = 0
         for publisher_id, run in list(self._runs.items()):
-            kept = [i for i, txid in enumerate(run.txids) if keep(txid)]
+            start = bisect_left(run.txids, below)
+            kept = [i for i in range(start, len(run.txids)) if keep(run.txids[i])]
             if not kept:
                 del self._runs[publisher_id]
                 continue
@@ -70,7 +81,7 @@ class BookmarkIndex:
             fresh.txids = array("q", [run.txids[i] for i in kept])
             self._runs[publisher_id] = fresh
             count += len(kept)
-        self._unordered = {k: t for k, t in self._unordered.items() if keep(t)}
+        self._unordered = {k: t for k, t in self._unordered.items() if t >= below and keep(t)}
         self.entry_count = count + len(self._unordered)
 
     def items(self) -> list[tuple[int, int, int]]:

@@ -29,7 +29,11 @@ def maybe_compact(state: QueueState) -> None:
         state.activation_slot = bisect_left(table.txid, activation_txid)
     keep_count = table.live_count + len(state.at_most_once_sent)
     if state.bookmarks.entry_count > 2 * keep_count + MIN_GARBAGE:
-        state.bookmarks.compact(lambda txid: _still_needed(state, txid))
+        oldest = table.oldest_live_slot()
+        below = state.last_txid + 1 if oldest < 0 else table.txid[oldest]
+        if state.at_most_once_sent:
+            below = min(below, min(state.at_most_once_sent))
+        state.bookmarks.compact(lambda txid: _still_needed(state, txid), below)
     for level in state.levels.values():
         level.maybe_compact(state.valid_fresh, state.valid_returned)
     if len(state.lease_heap) > 2 * state.leased_total + MIN_GARBAGE:

@@ -16,10 +16,17 @@ from amps.queue.table import LEASED, NO_EXPIRY, OUT_OF_ORDER_EXPIRY, REMOVED
 
 
 def run_due(state: QueueState, now_ms: int, actions: list[Action]) -> None:
-    """Do every piece of work whose time has come."""
-    expire_leases(state, now_ms, actions)
-    expire_messages(state, now_ms, actions)
-    expire_deferred_acks(state, now_ms)
+    """Do every piece of work whose time has come (cheap when nothing is due: every step)."""
+    period = state.policy.lease_period_ms
+    heap = state.lease_heap
+    if period is not None and heap and heap[0][0] + period <= now_ms:
+        expire_leases(state, now_ms, actions)
+    table = state.table
+    sweeps = state.policy.expiration_ms is not None or table.expire_at_ms is not None
+    if (sweeps and state.expiry_slot < len(table)) or state.expiry_heap:
+        expire_messages(state, now_ms, actions)
+    if state.deferred_heap and state.deferred_heap[0][0] <= now_ms:
+        expire_deferred_acks(state, now_ms)
 
 
 def expire_leases(state: QueueState, now_ms: int, actions: list[Action]) -> None:

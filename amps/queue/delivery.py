@@ -18,14 +18,19 @@ from amps.queue.actions import (
     ExpireReason,
     RemovalReason,
 )
-from amps.queue.fairness import pick_fast, pick_proportional, pick_round_robin
-from amps.queue.state import QueueState
+from amps.queue.policy import Fairness
+from amps.queue.state import NO_LIMIT, QueueState
 from amps.queue.subscriptions import Subscription
 from amps.queue.table import AVAILABLE, COUNT_MAX, INACTIVE, LEASED
 
 
 def settle(state: QueueState, now_ms: int, actions: list[Action]) -> None:
     """Activate, deliver and release barriers until nothing more can happen."""
+    if state.policy.target_queue_depth is None and not state.barriers:
+        # The common shape: nothing to activate, no barrier to release; one pump does it all.
+        if state.order:
+            pump(state, now_ms, actions)
+        return
     while True:
         refill(state)
         if state.order:
@@ -58,22 +63,34 @@ def refill(state: QueueState) -> int:
 
 
 def pump(state: QueueState, now_ms: int, actions: list[Action]) -> int:
-    """Deliver while some subscription with room matches an eligible message."""
+    """Deliver while some subscription with room matches an eligible message.
+
+    One call delivers as many messages as there is room for. The subscriptions with room are
+    listed once and a subscription leaves the list when it fills (only a delivery changes
+    room during the pump), so a step never rescans full subscriptions per message.
+    """
+    ready = [sub for sub in state.order if len(sub.leased) < sub.backlog]
+    if not ready:
+        return 0
+    max_backlog = state.policy.max_backlog
+    queue_limit = NO_LIMIT if max_backlog is None else max_backlog
+    fairness = state.policy.effective_fairness
+    table = state.table
     delivered = 0
-    while state.queue_has_room():
-        ready = [sub for sub in state.order if len(sub.leased) < sub.backlog]
-        if not ready:
-            break
+    while ready and state.leased_total < queue_limit:
         found = _next_message(state, ready)
         if found is None:
             break
         txid, candidates = found
-        slot = state.table.slot_of(txid)
+        slot = table.slot_of(txid)
         if state.expire_at_ms(slot) <= now_ms:
             # Found before the sweep reached it: an expired message is never delivered.
             state.remove(slot, RemovalReason.EXPIRED, actions, ExpireReason.TIME_LIMIT)
         else:
-            deliver(state, slot, _pick(state, candidates), now_ms, actions)
+            sub = _pick(state, candidates, fairness)
+            deliver(state, slot, sub, now_ms, actions)
+            if len(sub.leased) >= sub.backlog:
+                ready.remove(sub)
         delivered += 1
     return delivered
 
@@ -83,7 +100,8 @@ def _next_message(
 ) -> tuple[int, list[Subscription]] | None:
     """The next message to send and the ready subscriptions that match it (Q14)."""
     limit = state.limit_txid()
-    any_unfiltered = any(sub.matches is None for sub in ready)
+    filtered = [sub for sub in ready if sub.matches is not None]
+    any_unfiltered = len(filtered) < len(ready)
     for priority in state.level_order:
         level = state.levels[priority]
         if any_unfiltered:
@@ -92,6 +110,8 @@ def _next_message(
                 continue
             if txid >= limit:
                 return None
+            if not filtered:
+                return txid, ready
             return txid, [sub for sub in ready if sub.wants(txid)]
         best: int | None = None
         candidates: list[Subscription] = []
@@ -110,19 +130,30 @@ def _next_message(
     return None
 
 
-def _pick(state: QueueState, candidates: list[Subscription]) -> Subscription:
-    """Q9: the fairness model chooses among the candidates for one message."""
+def _pick(state: QueueState, candidates: list[Subscription], fairness: Fairness) -> Subscription:
+    """Q9: the fairness model chooses among the candidates for one message.
+
+    The same rules as `amps.queue.fairness`, applied to the subscriptions directly (no lists
+    built per delivery): O(candidates), which are the subscriptions with room.
+    """
     assert candidates
-    fairness = state.policy.effective_fairness
-    if len(candidates) == 1 or fairness == "fast":
-        index = pick_fast([len(s.leased) for s in candidates], [s.backlog for s in candidates])
-    elif fairness == "proportional":
-        index = pick_proportional(
-            [len(s.leased) for s in candidates], [s.backlog for s in candidates]
-        )
-    else:
-        index = pick_round_robin([s.position for s in candidates], state.round_robin_last)
-    chosen = candidates[index]
+    chosen = candidates[0]
+    if len(candidates) > 1 and fairness != "fast":
+        if fairness == "proportional":
+            best_leased = len(chosen.leased)
+            best_backlog = chosen.backlog
+            for sub in candidates:
+                leased = len(sub.leased)
+                assert sub.backlog > leased
+                # leased/backlog < best ratio, without floating point; first found on a tie.
+                if leased * best_backlog < best_leased * sub.backlog:
+                    chosen, best_leased, best_backlog = sub, leased, sub.backlog
+        else:
+            last = state.round_robin_last
+            for sub in candidates:
+                if sub.position > last:
+                    chosen = sub
+                    break
     state.round_robin_last = chosen.position
     return chosen
 
@@ -133,13 +164,17 @@ def deliver(
     """Send one message: lease it (Q6) or remove it as sent (Q7)."""
     table = state.table
     assert table.state[slot] == AVAILABLE
-    assert sub.has_room
+    assert len(sub.leased) < sub.backlog
     txid = table.txid[slot]
-    count = min(table.delivery_count[slot] + 1, COUNT_MAX)
-    state.counters.delivered_total += 1
+    count = table.delivery_count[slot] + 1
+    if count > COUNT_MAX:
+        count = COUNT_MAX
+    counters = state.counters
+    counters.delivered_total += 1
     if count > 1:
-        state.counters.redelivered_total += 1
-    if state.policy.at_most_once:
+        counters.redelivered_total += 1
+    policy = state.policy
+    if policy.at_most_once:
         # remove() logs the removal before the Deliver that follows (ordering contract).
         state.remove(slot, RemovalReason.SENT_AT_MOST_ONCE, actions)
         state.at_most_once_sent[txid] = sub.index
@@ -150,7 +185,7 @@ def deliver(
         table.delivery_count[slot] = count
         table.lease_sub[slot] = sub.index
         heapq.heappush(state.lease_heap, (now_ms, txid, count))
-        period = state.policy.lease_period_ms
+        period = policy.lease_period_ms
         deadline_ms = None if period is None else now_ms + period
     sub.leased.add(txid)
     state.leased_total += 1

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from amps.queue.actions import ExpireReason, RemovalReason
+from amps.queue.fastinit import speed_up
 
 Bookmark = tuple[int, int]
 """(publisher_id, seq): names one message in the log forever (L1)."""
@@ -113,3 +114,14 @@ Event = (
     | AckedByFilter
     | MessageRemoved
 )
+
+for _cls in (
+    MessagePublished,
+    Subscribed,
+    Unsubscribed,
+    ClientDisconnected,
+    Acked,
+    AckedByFilter,
+    MessageRemoved,
+):
+    speed_up(_cls)

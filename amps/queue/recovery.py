@@ -91,7 +91,8 @@ def restore(state: QueueState, snap: QueueSnapshot, shift_ms: int) -> None:
         expire_at_ms = snap.expire_at_ms[i]
         state.insert(
             txid,
-            (snap.publisher_ids[i], snap.seqs[i]),
+            snap.publisher_ids[i],
+            snap.seqs[i],
             snap.timestamps_ms[i] + shift_ms,
             snap.priorities[i],
             bool(snap.barrier_flags[i]),

@@ -172,6 +172,9 @@ class QueueState:
             level.pop_returned(table.txid[slot])
         elif table.delivery_count[slot] == 0:
             level.fresh_live -= 1
+            fresh = level.fresh
+            if level.head < len(fresh) and fresh[level.head] == table.txid[slot]:
+                level.head += 1  # the usual case: the head leaves; spare the next peek a check
 
     def release_lease(self, slot: int) -> None:
         """Free the backlog a LEASED row takes in its subscription."""
@@ -196,11 +199,14 @@ class QueueState:
         table = self.table
         state = table.state[slot]
         txid = table.txid[slot]
-        if state == AVAILABLE:
-            self.leave_available(slot)
+        if state == LEASED:
+            sub = self.subs[table.lease_sub[slot]]
+            assert sub is not None
+            sub.leased.remove(txid)  # release_lease, inlined (hot: every ack)
+            self.leased_total -= 1
             self.active_count -= 1
-        elif state == LEASED:
-            self.release_lease(slot)
+        elif state == AVAILABLE:
+            self.leave_available(slot)
             self.active_count -= 1
         else:
             assert state == INACTIVE
@@ -209,7 +215,10 @@ class QueueState:
             self.barriers.remove(txid)
         table.mark_removed(slot)
         self.removals_since_check += 1
-        self._count_removal(reason, expire_reasons)
+        if reason is RemovalReason.ACKED:
+            self.counters.acked_total += 1
+        else:
+            self._count_removal(reason, expire_reasons)
         if record:
             actions.append(RecordRemoval(txid, reason, expire_reasons))
             if reason is RemovalReason.EXPIRED:
@@ -255,7 +264,8 @@ class QueueState:
     def insert(
         self,
         txid: int,
-        bookmark: tuple[int, int],
+        publisher_id: int,
+        seq: int,
         timestamp_ms: int,
         priority: int,
         is_barrier: bool,
@@ -267,19 +277,28 @@ class QueueState:
         assert txid > self.last_txid
         self.last_txid = txid
         self.counters.entered_total += 1
-        target = self.policy.target_queue_depth
+        policy = self.policy
+        target = policy.target_queue_depth
         beyond = target is not None and (self.active_count >= target or self.inactive_count > 0)
         table = self.table
-        if self.policy.has_priority:
+        if policy.has_priority:
             self.level_for(priority)
-        slot = table.append(txid, timestamp_ms, priority, BARRIER if is_barrier else 0, INACTIVE)
-        self.inactive_count += 1
-        self.bookmarks.add(bookmark[0], bookmark[1], txid)
-        self._track_expiry(slot, expire_at_ms, own_expiry=own_expiry)
+        flags = BARRIER if is_barrier else 0
+        slot = table.append(txid, timestamp_ms, priority, flags, INACTIVE if beyond else AVAILABLE)
+        self.bookmarks.add(publisher_id, seq, txid)
+        if own_expiry or expire_at_ms != NO_EXPIRY or table.expire_at_ms is not None:
+            self._track_expiry(slot, expire_at_ms, own_expiry=own_expiry)
         if is_barrier:
             self.barriers.append(txid)
-        if not beyond:
-            self.activate(slot)
+        if beyond:
+            self.inactive_count += 1
+        else:  # activate(), inlined: the row joins its level's fresh list
+            self.active_count += 1
+            level = self.level0 if table.priority is None else self.levels[priority]
+            fresh = level.fresh
+            assert not fresh or txid > fresh[-1]
+            fresh.append(txid)  # level.push_fresh(), inlined
+            level.fresh_live += 1
             self.activation_slot = slot + 1
         return slot
 

@@ -1,7 +1,9 @@
 """Compact per-message columns indexed by slot: no Python object per queued message (Q3).
 
-Slots follow txid order, so `slot_of(txid)` is a bisect. Removed messages leave holes that
-`compact()` squeezes out once they outnumber the live ones (amortised O(1) per removal).
+Slots follow txid order, so `slot_of(txid)` is a bisect; when the queue sees every txid (no
+gaps since the last compaction) it is one subtraction, checked against the row. Removed
+messages leave holes that `compact()` squeezes out once they outnumber the live ones
+(amortised O(1) per removal).
 Slots change on compaction: hold txids across events, slots only within one step.
 """
 
@@ -41,6 +43,7 @@ class MessageTable:
         self.expire_at_ms: array[int] | None = None
         self.head = 0  # every slot before head is REMOVED
         self.removed_count = 0  # REMOVED rows still present
+        self.base = 0  # txid of slot 0: slot_of tries `txid - base` before bisecting
 
     def __len__(self) -> int:
         return len(self.txid)
@@ -53,6 +56,8 @@ class MessageTable:
     def append(self, txid: int, timestamp_ms: int, priority: int, flags: int, state: int) -> int:
         """Add a row for a new, newest message; return its slot."""
         assert not self.txid or txid > self.txid[-1], "txids must increase"
+        if not self.txid:
+            self.base = txid
         self.txid.append(txid)
         self.timestamp_ms.append(timestamp_ms)
         self.state.append(state)
@@ -78,8 +83,15 @@ class MessageTable:
 
     def slot_of(self, txid: int) -> int:
         """The slot of `txid`, or -1 when the table has no row for it."""
-        slot = bisect_left(self.txid, txid, self.head)
-        if slot < len(self.txid) and self.txid[slot] == txid:
+        txids = self.txid
+        head = self.head
+        slot = txid - self.base
+        if head <= slot < len(txids) and txids[slot] == txid:
+            return slot  # dense txids: no search
+        if head >= len(txids) or txid < txids[head] or txid > txids[-1]:
+            return -1  # before the oldest live row (long gone) or never added
+        slot = bisect_left(txids, txid, head)
+        if slot < len(txids) and txids[slot] == txid:
             return slot
         return -1
 
@@ -116,6 +128,7 @@ class MessageTable:
             self.expire_at_ms = _pick(self.expire_at_ms, keep)
         self.head = 0
         self.removed_count = 0
+        self.base = self.txid[0] if self.txid else 0
 
     def nbytes(self) -> int:
         """Bytes held by the columns (allocated items, for the memory benchmark)."""
