@@ -76,9 +76,10 @@ def pump(state: QueueState, now_ms: int, actions: list[Action]) -> int:
     queue_limit = NO_LIMIT if max_backlog is None else max_backlog
     fairness = state.policy.effective_fairness
     table = state.table
+    filtered = [sub for sub in ready if sub.matches is not None]
     delivered = 0
     while ready and state.leased_total < queue_limit:
-        found = _next_message(state, ready)
+        found = _next_message(state, ready, filtered)
         if found is None:
             break
         txid, candidates = found
@@ -91,16 +92,20 @@ def pump(state: QueueState, now_ms: int, actions: list[Action]) -> int:
             deliver(state, slot, sub, now_ms, actions)
             if len(sub.leased) >= sub.backlog:
                 ready.remove(sub)
+                if sub.matches is not None:
+                    filtered.remove(sub)
         delivered += 1
     return delivered
 
 
 def _next_message(
-    state: QueueState, ready: list[Subscription]
+    state: QueueState, ready: list[Subscription], filtered: list[Subscription]
 ) -> tuple[int, list[Subscription]] | None:
-    """The next message to send and the ready subscriptions that match it (Q14)."""
+    """The next message to send and the ready subscriptions that match it (Q14).
+
+    `filtered` lists the subscriptions of `ready` that have a content filter.
+    """
     limit = state.limit_txid()
-    filtered = [sub for sub in ready if sub.matches is not None]
     any_unfiltered = len(filtered) < len(ready)
     for priority in state.level_order:
         level = state.levels[priority]
