@@ -264,11 +264,11 @@ class Instance:
         ready, self._undispatched = records[:split], records[split:]
         self.dispatched_txid = max(self.dispatched_txid, durable_txid)
         self._send_persisted_acks(durable_txid)
-        now_ms = self.now_ms() if ready else 0
-        for record in ready:
-            self.records.put(record)
-            self.fan_out(record)
-            self.queues.on_durable(record, now_ms)
+        if ready:
+            for record in ready:
+                self.records.put(record)
+                self.fan_out(record)
+            self.queues.on_durable(ready, self.now_ms())
         if self._durable_callbacks:
             due = [cb for target, cb in self._durable_callbacks if target <= durable_txid]
             self._durable_callbacks = [

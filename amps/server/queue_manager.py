@@ -65,9 +65,16 @@ class QueueManager:
             self._routes[topic] = found
         return found
 
-    def on_durable(self, record: PublishRecord, now_ms: int) -> None:
-        for driver in self.routes(record.topic):
-            driver.on_published(record, now_ms)
+    def on_durable(self, records: list[PublishRecord], now_ms: int) -> None:
+        """The publishes one group commit made durable, one engine step per queue."""
+        if not self.drivers:
+            return
+        batches: dict[QueueDriver, list[PublishRecord]] = {}
+        for record in records:
+            for driver in self.routes(record.topic):
+                batches.setdefault(driver, []).append(record)
+        for driver, batch in batches.items():
+            driver.publish_many(batch, now_ms)
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -222,16 +229,23 @@ class QueueManager:
             records = journal.read(position, RECOVERY_BATCH_RECORDS)
             if not records:
                 break
+            batches: dict[QueueDriver, list[PublishRecord]] = {}
             for record in records:
                 count += 1
                 if isinstance(record, PublishRecord):
                     for driver in self.routes(record.topic):
                         if record.txid >= starts[driver.name]:
-                            driver.on_published(record, now_ms, recovering=True)
+                            batches.setdefault(driver, []).append(record)
                 elif isinstance(record, QueueRecord):
                     owner = self.drivers.get(record.queue)
                     if owner is not None and record.txid >= starts[owner.name]:
+                        # Publishes before a removal must be in the engine before it.
+                        pending = batches.pop(owner, None)
+                        if pending:
+                            owner.publish_many(pending, now_ms, recovering=True)
                         owner.on_recovered_removal(record, now_ms)
+            for driver, batch in batches.items():
+                driver.publish_many(batch, now_ms, recovering=True)
             position = records[-1].txid + 1
         return count
 

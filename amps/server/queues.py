@@ -139,23 +139,32 @@ class QueueDriver:
 
     def on_published(self, record: PublishRecord, now_ms: int, *, recovering: bool = False) -> None:
         """A durable publish on an underlying topic (Q1, A1)."""
-        message = None
+        self.publish_many([record], now_ms, recovering=recovering)
+
+    def publish_many(
+        self, records: list[PublishRecord], now_ms: int, *, recovering: bool = False
+    ) -> None:
+        """Durable publishes (one group commit's worth) as one engine step."""
+        events = [e for e in (self._event_for(r, now_ms) for r in records) if e is not None]
+        if events:
+            self.run(self.engine.handle_many(events, now_ms), now_ms, recovering=recovering)
+
+    def _event_for(self, record: PublishRecord, now_ms: int) -> MessagePublished | None:
+        """The engine event for a publish, or None when the queue Filter rejects it."""
+        priority = 0
+        is_barrier = False
         if self.filter is not None or self.priority is not None or self.barrier is not None:
             message = self.instance.expr_message(record)
             if self.filter is not None and not self.filter.matches(message):
-                return
-        priority = 0
-        if self.priority is not None:
-            assert message is not None
-            # rank() keeps NULL/NaN below a real 0 (A2); the engine orders by one u64 key.
-            present, key = self.priority.rank(message)
-            priority = key + 1 if present and key < (1 << 64) - 1 else (key if present else 0)
-        is_barrier = False
-        if self.barrier is not None:
-            assert message is not None
-            is_barrier = self.barrier.matches(message)
+                return None
+            if self.priority is not None:
+                # rank() keeps NULL/NaN below a real 0 (A2); the engine orders by one u64 key.
+                present, key = self.priority.rank(message)
+                priority = min(key + 1, (1 << 64) - 1) if present else 0
+            if self.barrier is not None:
+                is_barrier = self.barrier.matches(message)
         age_ms = max(0, (self.instance.wall_us() - record.timestamp_us) // 1000)
-        event = MessagePublished(
+        return MessagePublished(
             txid=record.txid,
             publisher_id=record.publisher_id,
             seq=record.seq,
@@ -164,7 +173,6 @@ class QueueDriver:
             is_barrier=is_barrier,
             expiration_ms=record.expiration_s * 1000 if record.expiration_s else None,
         )
-        self.run(self.engine.handle(event, now_ms), now_ms, recovering=recovering)
 
     def on_recovered_removal(self, record: QueueRecord, now_ms: int) -> None:
         """Recovery (Q16): the log says these messages already left the queue."""
@@ -174,9 +182,10 @@ class QueueDriver:
         expire = ExpireReason.TIME_LIMIT
         if record.action == QueueAction.EXPIRE:
             expire = ExpireReason.FORCED_EXPIRE
-        for txid in record.txids:
-            event = MessageRemoved(reason=reason, txid=txid, expire_reasons=expire)
-            self.run(self.engine.handle(event, now_ms), now_ms, recovering=True)
+        events = [
+            MessageRemoved(reason=reason, txid=t, expire_reasons=expire) for t in record.txids
+        ]
+        self.run(self.engine.handle_many(events, now_ms), now_ms, recovering=True)
 
     def subscribe(
         self, session: Session, sub_id: str, flt: Filter | None, max_backlog: int | None
@@ -228,10 +237,7 @@ class QueueDriver:
                         f"bookmark {publisher_id}|{seq}| was never published to this instance"
                     )
             event = Acked(session.client_id, pairs, option)
-        actions = self.engine.handle(event, now_ms)
-        removed = sum(1 for a in actions if isinstance(a, RecordRemoval))
-        self.run(actions, now_ms)
-        return removed
+        return self.run(self.engine.handle(event, now_ms), now_ms)
 
     def deliverable(self, limit: int) -> list[PublishRecord]:
         """Q19: the messages a `sow` of the queue returns; nothing is leased."""
@@ -247,37 +253,44 @@ class QueueDriver:
 
     # -- actions ------------------------------------------------------------------------------
 
-    def run(self, actions: list[Action], now_ms: int, *, recovering: bool = False) -> None:
-        """Execute actions in contract order, then re-arm the timer."""
+    def run(self, actions: list[Action], now_ms: int, *, recovering: bool = False) -> int:
+        """Execute actions in contract order, re-arm the timer; returns the removals."""
         self.dirty = True
+        removed = 0
         if actions:
-            if recovering:
-                # Replaying the log: what the log already says is not written again.
-                actions = [a for a in actions if not isinstance(a, RecordRemoval)]
-            self._execute(actions, now_ms)
+            removed = self._execute(actions, now_ms, recovering)
         self._arm_timer()
+        return removed
 
-    def _execute(self, actions: list[Action], now_ms: int) -> None:
+    def _execute(self, actions: list[Action], now_ms: int, recovering: bool) -> int:
         appended = False
-        held: list[Action] = []
+        removed = 0
+        held: list[Deliver | DeliverBarrier] = []
         for action in actions:
-            if isinstance(action, RecordRemoval):
-                self._append_removal(action)
-                appended = True
-            elif isinstance(action, Deliver | DeliverBarrier):
+            kind = type(action)
+            if kind is Deliver or kind is DeliverBarrier:
+                assert isinstance(action, Deliver | DeliverBarrier)
                 if appended:
                     held.append(action)  # after the removal records are durable
                 else:
                     self._deliver(action, now_ms)
-            elif isinstance(action, PublishDeadLetter):
+            elif kind is RecordRemoval:
+                assert isinstance(action, RecordRemoval)
+                removed += 1
+                # Replaying the log: what the log already says is not written again.
+                if not recovering:
+                    self._append_removal(action)
+                    appended = True
+            elif kind is PublishDeadLetter:
+                assert isinstance(action, PublishDeadLetter)
                 self._dead_letter(action)
         if held:
             self.instance.when_durable(lambda: self._deliver_held(held))
+        return removed
 
-    def _deliver_held(self, held: list[Action]) -> None:
+    def _deliver_held(self, held: list[Deliver | DeliverBarrier]) -> None:
         now_ms = self.instance.now_ms()
         for action in held:
-            assert isinstance(action, Deliver | DeliverBarrier)
             self._deliver(action, now_ms)
 
     def _append_removal(self, action: RecordRemoval) -> None:
