@@ -5,13 +5,13 @@ Run `python -m amps.tools.clidoc`; with --check, fail if the committed page diff
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import click
 
 from amps.cli.main import _register, cli
+from amps.tools import docgen
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 
@@ -52,19 +52,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    ns = parser.parse_args(argv)
-    text = render()
-    if ns.check:
-        current = ns.output.read_text() if ns.output.exists() else ""
-        if current != text:
-            print(f"{ns.output} is stale; run `python -m amps.tools.clidoc`")
-            return 1
-        return 0
-    ns.output.write_text(text)
-    return 0
+    return docgen.run("amps.tools.clidoc", __doc__, DEFAULT_OUTPUT, render, argv)
 
 
 if __name__ == "__main__":

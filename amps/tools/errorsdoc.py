@@ -5,13 +5,13 @@ Run `python -m amps.tools.errorsdoc`; with --check, fail if the committed page d
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import sys
 from pathlib import Path
 
 from amps import errors
 from amps.server.convert import grpc_status_for
+from amps.tools import docgen
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "reference" / "errors.md"
 
@@ -56,19 +56,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    ns = parser.parse_args(argv)
-    text = render()
-    if ns.check:
-        current = ns.output.read_text() if ns.output.exists() else ""
-        if current != text:
-            print(f"{ns.output} is stale; run `python -m amps.tools.errorsdoc`")
-            return 1
-        return 0
-    ns.output.write_text(text)
-    return 0
+    return docgen.run("amps.tools.errorsdoc", __doc__, DEFAULT_OUTPUT, render, argv)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,11 @@ With --check, write nothing and fail if the committed page differs (also a unit 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from amps.metrics import FSYNC_BUCKETS_SECONDS, MetricSpec, all_metrics
+from amps.tools import docgen
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
 
@@ -60,22 +60,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m amps.tools.metricsdoc", description=__doc__)
-    parser.add_argument("output", nargs="?", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--check", action="store_true", help="fail if the page is not current")
-    args = parser.parse_args(argv)
-    text = render()
-    output: Path = args.output
-    if args.check:
-        current = output.read_text() if output.exists() else ""
-        if current != text:
-            print(f"{output} is stale: run python -m amps.tools.metricsdoc", file=sys.stderr)
-            return 1
-        return 0
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
-    print(f"wrote {output}")
-    return 0
+    return docgen.run("amps.tools.metricsdoc", __doc__, DEFAULT_OUTPUT, render, argv)
 
 
 if __name__ == "__main__":
