@@ -212,9 +212,11 @@ class ConnectionBroken(AmpsError):
 
 
 def _all_subclasses(cls: type[AmpsError]) -> list[type[AmpsError]]:
+    """The classes of this module below `cls` (subclasses elsewhere share their parent's code)."""
     found: list[type[AmpsError]] = []
     for sub in cls.__subclasses__():
-        found.append(sub)
+        if sub.__module__ == __name__:
+            found.append(sub)
         found.extend(_all_subclasses(sub))
     return found
 
