@@ -191,9 +191,15 @@ class Client:
 
     async def publish(self, topic: str, data: bytes | str, *, seq: int | None = None) -> int:
         """Buffer one publish (persisted later, see `flush`); return its sequence number."""
-        await self._publisher.wait_room(self._check_usable)
-        self._check_usable()
-        return await self._publisher.publish(self._conn, topic, data, seq)
+        publisher = self._publisher
+        if not publisher.store.has_room():
+            await publisher.wait_room(self._check_usable)
+        if self._fatal is not None or self._state == "new" or self._state == "closed":
+            self._check_usable()
+        stored, pause = publisher.publish_nowait(self._conn, topic, data, seq)
+        if pause:
+            await asyncio.sleep(0)
+        return stored
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Wait until everything published so far is persisted; raise the first rejection."""

@@ -27,6 +27,72 @@ def publish_command(entry: StoredPublish) -> client_pb2.Command:
     )
 
 
+# --- Frames on the wire --------------------------------------------------------------------------
+#
+# A serialized ClientFrame is its commands one after the other, each as field 1 (length
+# delimited). The connection writes frames it joined itself, so a command is serialized once when
+# queued, and a publish (the hot path) is never a protobuf object at all: `publish_head` writes the
+# bytes `publish_command(entry).SerializeToString()` would start with, and the data follows as is.
+
+_FRAME_COMMAND_TAG = b"\x0a"  # ClientFrame.commands = 1
+_PERSISTED_PUBLISH = b"\x12\x09persisted\x5a"  # Command.ack_type = 2, then Command.publish = 11
+_SEQ_TAG = b"\x18"  # Publish.seq = 3
+_DATA_TAG = b"\x12"  # Publish.data = 2
+_ONE_BYTE_VARINTS = [bytes((n,)) for n in range(128)]
+_HEAD_CACHE_ENTRIES = 1024
+# (topic, data length, seq varint length) -> (head up to the seq value, seq to data).
+_heads: dict[tuple[str, int, int], tuple[bytes, bytes]] = {}
+
+
+def varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
+    if value < 0x80:
+        return _ONE_BYTE_VARINTS[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def frame_entry(command: client_pb2.Command) -> bytes:
+    """One command as it appears inside a serialized ClientFrame."""
+    body = command.SerializeToString()
+    return b"".join((_FRAME_COMMAND_TAG, varint(len(body)), body))
+
+
+def publish_head(topic: str, size: int, seq: int) -> bytes:
+    """The frame entry of a persisted-ack publish of `size` data bytes, up to the data itself.
+
+    `publish_head(t, len(d), s) + d` parses to `publish_command(StoredPublish(s, t, d))`. The seq
+    field is written before the data (protobuf accepts fields in any order), so the data, the
+    only large part, is the entry's tail and is never copied into a command of its own.
+    """
+    seq_bytes = varint(seq) if seq else b""
+    key = (topic, size, len(seq_bytes))
+    parts = _heads.get(key)
+    if parts is None:
+        parts = _publish_head_parts(topic, size, len(seq_bytes))
+        if len(_heads) >= _HEAD_CACHE_ENTRIES:
+            _heads.clear()
+        _heads[key] = parts
+    return b"".join((parts[0], seq_bytes, parts[1]))
+
+
+def _publish_head_parts(topic: str, size: int, seq_length: int) -> tuple[bytes, bytes]:
+    """(everything before the seq value, everything after it up to the data) for `key`."""
+    encoded = topic.encode()
+    topic_field = b"\x0a" + varint(len(encoded)) + encoded if encoded else b""
+    seq_tag = _SEQ_TAG if seq_length else b""
+    data_head = _DATA_TAG + varint(size) if size else b""
+    publish_length = len(topic_field) + len(seq_tag) + seq_length + len(data_head) + size
+    command_length = len(_PERSISTED_PUBLISH) + len(varint(publish_length)) + publish_length
+    before = b"".join((_FRAME_COMMAND_TAG, varint(command_length), _PERSISTED_PUBLISH,
+                       varint(publish_length), topic_field, seq_tag))  # fmt: skip
+    return before, data_head
+
+
 def subscribe_command(
     cmd_id: str,
     *,

@@ -1,8 +1,11 @@
 """One gRPC stream to one instance: batched writes, a reader loop, and the logon handshake.
 
-Commands are queued with `send()` and written as one `ClientFrame` when the batch holds
-`max_frame_commands` commands or `flush_interval_s` after the first one was queued, so a lone
-message is not held back and a burst travels in few frames (throughput comes from batching).
+Commands are queued with `send()` (or `send_publish()`) and written as one `ClientFrame` when the
+batch holds `max_frame_commands` commands or `flush_interval_s` after the first one was queued, so
+a lone message is not held back and a burst travels in few frames (throughput comes from
+batching). Commands are serialized when queued and frames are joined from those bytes
+(`commands.frame_entry`, `commands.publish_head`): the stream's request serializer is the
+identity, and a publish never becomes a protobuf object on this side.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import grpc.aio
 from amps.client import commands
 from amps.client.policy import is_link_dead
 from amps.errors import AmpsError, ConnectionBroken, NameInUse, error_for_code
-from amps.v1 import client_pb2, client_pb2_grpc
+from amps.v1 import client_pb2
 
+CONNECT_METHOD = "/amps.v1.Amps/Connect"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # A frame stays well under the gRPC message limit even with large payloads.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
@@ -58,7 +62,13 @@ class Connection:
         self._on_lost = on_lost
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
-        self._outbox: list[client_pb2.Command] = []
+        # Frame entries of the frame being filled (a publish adds its head and its data), the
+        # frames already full, and how many commands all of them hold.
+        self._parts: list[bytes] = []
+        self._frame_commands = 0
+        self._frame_bytes = 0
+        self._full_frames: list[list[bytes]] = []
+        self._queued = 0
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -76,11 +86,16 @@ class Connection:
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ],
         )
-        stub = client_pb2_grpc.AmpsStub(self._channel)  # type: ignore[no-untyped-call]
-        self._call = stub.Connect()
+        # The generated stub's Connect, with frames that arrive here already serialized.
+        connect = self._channel.stream_stream(
+            CONNECT_METHOD,
+            request_serializer=None,
+            response_deserializer=client_pb2.ServerFrame.FromString,
+        )
+        self._call = connect()
         try:
             async with asyncio.timeout(timeout_s):
-                await self._call.write(client_pb2.ClientFrame(commands=[logon]))
+                await self._call.write(commands.frame_entry(logon))
                 ack = await self._read_logon_ack(logon.cmd_id)
         except BaseException as error:
             await self._close_channel()
@@ -117,30 +132,55 @@ class Connection:
 
     def send(self, command: client_pb2.Command) -> int:
         """Queue one command for the next frame; return how many commands are queued."""
-        outbox = self._outbox
-        outbox.append(command)
-        count = len(outbox)
-        if count == 1:
+        entry = commands.frame_entry(command)
+        self._parts.append(entry)
+        return self._queued_one(len(entry))
+
+    def send_publish(self, topic: str, data: bytes, seq: int) -> int:
+        """Queue `publish_command(StoredPublish(seq, topic, data))` without building it."""
+        parts = self._parts
+        parts.append(commands.publish_head(topic, len(data), seq))
+        parts.append(data)
+        return self._queued_one(len(data) + 64)
+
+    def _queued_one(self, size_bytes: int) -> int:
+        self._queued += 1
+        self._frame_commands += 1
+        self._frame_bytes += size_bytes
+        if self._queued == 1:
             self._wake.set()
-        if count >= self.max_frame_commands:
+        if self._frame_commands >= self.max_frame_commands or self._frame_bytes >= MAX_FRAME_BYTES:
+            # A full frame: it goes out at once, the flush interval is not waited for.
+            self._full_frames.append(self._parts)
+            self._parts = []
+            self._frame_commands = 0
+            self._frame_bytes = 0
             self._full.set()
-        return count
+        return self._queued
+
+    def _take_frames(self) -> list[bytes]:
+        """Every queued command, as serialized ClientFrames."""
+        batches = self._full_frames
+        if self._parts:
+            batches.append(self._parts)
+        self._full_frames, self._parts = [], []
+        self._frame_commands = self._frame_bytes = self._queued = 0
+        return [b"".join(parts) for parts in batches]
 
     async def _write_loop(self) -> None:
         assert self._call is not None
         try:
-            while not (self._closing and not self._outbox):
-                if not self._outbox:
+            while not (self._closing and not self._queued):
+                if not self._queued:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                if len(self._outbox) < self.max_frame_commands and self._flush_interval_s > 0:
+                if not self._full_frames and self._flush_interval_s > 0:
                     self._full.clear()
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(self._flush_interval_s):
                             await self._full.wait()
-                batch, self._outbox = self._outbox, []
-                for frame in _frames(batch, self.max_frame_commands):
+                for frame in self._take_frames():
                     await self._call.write(frame)
                     self.frames_sent += 1
         except asyncio.CancelledError:
@@ -227,21 +267,3 @@ class Connection:
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close(grace=None)
-
-
-def _frames(
-    commands: list[client_pb2.Command], max_frame_commands: int
-) -> list[client_pb2.ClientFrame]:
-    """Split queued commands into frames bounded by count and approximate payload bytes."""
-    frames: list[client_pb2.ClientFrame] = []
-    start = 0
-    size_bytes = 0
-    for index, command in enumerate(commands):
-        size_bytes += len(command.publish.data) + 64
-        if index + 1 - start >= max_frame_commands or size_bytes >= MAX_FRAME_BYTES:
-            frames.append(client_pb2.ClientFrame(commands=commands[start : index + 1]))
-            start = index + 1
-            size_bytes = 0
-    if start < len(commands):
-        frames.append(client_pb2.ClientFrame(commands=commands[start:]))
-    return frames

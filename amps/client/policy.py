@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from amps.errors import InvalidOptions
 
@@ -132,13 +132,15 @@ def is_link_dead(last_receive_ms: int, now_ms: int, heartbeat_interval_ms: int) 
 # --- Publish store ---------------------------------------------------------------------------
 
 
-@dataclass(slots=True, frozen=True)
-class StoredPublish:
-    """One publish kept until the instance persists it."""
+class StoredPublish(NamedTuple):
+    """One publish kept until the instance persists it (a tuple: the cheapest immutable record)."""
 
     seq: int
     topic: str
     data: bytes
+
+
+_new_tuple = tuple.__new__
 
 
 class PublishStore:
@@ -176,7 +178,7 @@ class PublishStore:
             seq = self.last_seq + 1
         elif seq <= self.last_seq:
             raise InvalidOptions(f"sequence number {seq} is not above {self.last_seq}")
-        entry = StoredPublish(seq, topic, data)
+        entry = _new_tuple(StoredPublish, (seq, topic, data))
         self._entries.append(entry)
         self.size_bytes += len(data)
         self.last_seq = seq

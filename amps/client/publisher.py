@@ -7,12 +7,14 @@ import heapq
 import itertools
 from collections.abc import Callable
 
-from amps.client import commands
 from amps.client.connection import Connection
 from amps.client.message import PublishFailure
 from amps.client.policy import PublishStore
 from amps.errors import AmpsError, error_for_code
 from amps.v1 import client_pb2
+
+# A publishing loop yields to the event loop after this many queued commands.
+PAUSE_EVERY = 256
 
 
 class Publisher:
@@ -45,21 +47,30 @@ class Publisher:
         self, conn: Connection | None, topic: str, data: bytes | str, seq: int | None
     ) -> int:
         """Store one publish and queue it on `conn` (None while disconnected)."""
+        stored, pause = self.publish_nowait(conn, topic, data, seq)
+        if pause:
+            await asyncio.sleep(0)
+        return stored
+
+    def publish_nowait(
+        self, conn: Connection | None, topic: str, data: bytes | str, seq: int | None
+    ) -> tuple[int, bool]:
+        """`publish` without the await: (seq, whether the caller should yield to the loop now)."""
         payload = data.encode() if isinstance(data, str) else data
         entry = self.store.add(topic, payload, seq)
         self.published_count += 1
         # While disconnected the store alone holds it; the next logon republishes it.
-        if conn is not None:
-            self._sent_seq = entry.seq
-            if conn.send(commands.publish_command(entry)) % 256 == 0:
-                # Let the writer run even when the caller never awaits anything else.
-                await asyncio.sleep(0)
-        return entry.seq
+        if conn is None:
+            return entry.seq, False
+        self._sent_seq = entry.seq
+        # Let the writer run each time a frame fills, even when the caller never awaits
+        # anything else.
+        return entry.seq, conn.send_publish(topic, payload, entry.seq) % PAUSE_EVERY == 0
 
     def on_logon(self, conn: Connection, logon_seq: int) -> None:
         """Discard what the instance holds and republish the rest, in order, on `conn` (D3)."""
         for entry in self.store.on_logon(logon_seq):
-            conn.send(commands.publish_command(entry))
+            conn.send_publish(entry.topic, entry.data, entry.seq)
             if entry.seq <= self._sent_seq:
                 self.republished_count += 1
             self._sent_seq = max(self._sent_seq, entry.seq)

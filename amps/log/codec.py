@@ -35,6 +35,7 @@ __all__ = [
     "decode_payload",
     "encode",
     "encode_payload",
+    "encode_publish",
     "find_next_frame",
     "frame_length",
     "new_publish",
@@ -49,6 +50,10 @@ _MAGIC_BYTES = struct.pack("<I", MAGIC)
 _LENGTH = struct.Struct("<I")
 
 _PUBLISH = struct.Struct("<BQQQQQIHHHH")
+# The frame's length field followed by a publish's fixed fields: one pack, and the CRC's first part.
+_LENGTH_PUBLISH = struct.Struct("<IBQQQQQIHHHH")
+_MAGIC_CRC = struct.Struct("<II")
+_KIND_PUBLISH = int(RecordKind.PUBLISH)
 _QUEUE = struct.Struct("<BQQQBHHHHII")
 _TRANSFER = struct.Struct("<BQQQQQBHHHHH")
 _PREFIX = struct.Struct("<BQQ")  # kind, txid, timestamp_us: shared by every kind
@@ -99,11 +104,58 @@ def encode_payload(record: Record) -> bytes:
 
 def encode(record: Record) -> bytes:
     """One framed record, ready to append to a segment."""
+    if isinstance(record, PublishRecord):
+        return encode_publish(
+            record.txid, record.timestamp_us, record.topic, record.data, record.publisher_id,
+            record.seq, record.origin_instance, record.origin_group, record.origin_txid,
+            record.correlation_id, record.expiration_s,
+        )  # fmt: skip
     payload = encode_payload(record)
     assert 0 < len(payload) <= MAX_PAYLOAD_BYTES, len(payload)
     length = _LENGTH.pack(len(payload))
     crc = _crc_extend(_crc_value(length), payload)
     return b"".join((_MAGIC_BYTES, _LENGTH.pack(crc), length, payload))
+
+
+# (topic, origin instance, origin group) -> (their UTF-8 bytes joined, each one's length).
+_ENCODED_NAMES_ENTRIES = 4096
+_encoded_names: dict[tuple[str, str, str], tuple[bytes, int, int, int]] = {}
+
+
+def encode_publish(
+    txid: int, timestamp_us: int, topic: str, data: bytes, publisher_id: int, seq: int,
+    origin_instance: str, origin_group: str, origin_txid: int, correlation_id: str,
+    expiration_s: int,
+) -> bytes:  # fmt: skip
+    """The frame of one publish, without building a record first (the append hot path).
+
+    Byte for byte what `encode` makes of the same PublishRecord: the names are encoded once per
+    distinct (topic, origin), the length and fixed fields are one pack, and one CRC call covers
+    them with the payload (one call over contiguous bytes beats several over parts).
+    """
+    key = (topic, origin_instance, origin_group)
+    names = _encoded_names.get(key)
+    if names is None:
+        t, oi, og = topic.encode(), origin_instance.encode(), origin_group.encode()
+        names = (t + oi + og, len(t), len(oi), len(og))
+        if len(_encoded_names) >= _ENCODED_NAMES_ENTRIES:
+            _encoded_names.clear()
+        _encoded_names[key] = names
+    strings, lt, loi, log = names
+    lc = 0
+    if correlation_id:
+        corr = correlation_id.encode()
+        lc = len(corr)
+        strings += corr
+    length = _PUBLISH.size + len(strings) + len(data)
+    if length > MAX_PAYLOAD_BYTES:
+        raise AssertionError(length)
+    head = _LENGTH_PUBLISH.pack(
+        length, _KIND_PUBLISH, txid, timestamp_us, publisher_id, seq, origin_txid,
+        expiration_s, lt, loi, log, lc,
+    )  # fmt: skip
+    body = b"".join((head, strings, data))
+    return _MAGIC_CRC.pack(MAGIC, _crc_value(body)) + body
 
 
 def _strings(buf: bytes, start: int, lengths: tuple[int, ...]) -> tuple[list[str], int]:
@@ -304,7 +356,8 @@ def decode(
                 if e > stop_at:
                     raise CorruptRecord("publish record strings overrun the payload")
                 # Topic and origin repeat from record to record: decode each distinct one once.
-                key = buf[a:d]
+                # The key starts at the string lengths: ("ab", "") and ("a", "b") must differ.
+                key = buf[a - 8 : d]
                 names = name_cache.get(key)
                 if names is None:
                     names = (buf[a:b].decode(), buf[b:c].decode(), buf[c:d].decode())

@@ -130,7 +130,8 @@ class SegmentBuilder:
 
     def add(self, frame_size_bytes: int, txid: int, timestamp_us: int, pub: int, seq: int) -> int:
         """Account for one frame appended at the end; return the offset it starts at."""
-        assert txid == self.last_txid + 1, (txid, self.last_txid)
+        last_txid = self.last_txid
+        assert txid == last_txid + 1, (txid, last_txid)
         offset = self.size_bytes
         if offset >= self._next_index_offset:
             self._index_txids.append(txid)
@@ -143,10 +144,13 @@ class SegmentBuilder:
         self.last_timestamp_us = timestamp_us
         self.size_bytes = offset + frame_size_bytes
         if pub:
-            if seq > self._last_seq.get(pub, 0):
-                self._last_seq[pub] = seq
-            if seq < self._first_seq.setdefault(pub, seq):
-                self._first_seq[pub] = seq
+            last_seq = self._last_seq
+            if seq > last_seq.get(pub, 0):
+                last_seq[pub] = seq
+            first_seq = self._first_seq
+            low = first_seq.get(pub)
+            if low is None or seq < low:
+                first_seq[pub] = seq
         return offset
 
     # The live sparse index: appended to, never rewritten, so readers may hold on to it.

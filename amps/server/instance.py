@@ -158,38 +158,41 @@ class Instance:
 
     def publish(self, session: Session, command: pb.Command, now_us: int) -> int:
         """Validate, dedup and append one publish; returns the own seq to ack (0 if none)."""
+        # Every protobuf field is read once: each read builds a new Python object (data: a copy).
         publish = command.publish
-        size = len(publish.data)
+        data = publish.data
+        size = len(data)
         if size > self.max_message_size_bytes:
             raise errors.MessageTooLarge(size, self.max_message_size_bytes)
-        validate_topic_name(publish.topic)
-        topic = self.queues.publish_target(publish.topic)
-        if publish.seq:
-            publisher_id, seq = session.publisher_id, publish.seq
+        topic = publish.topic
+        validate_topic_name(topic)
+        topic = self.queues.publish_target(topic)
+        journal = self.journal
+        marks = journal.marks
+        own_seq = publish.seq
+        if own_seq:
+            publisher_id, seq = session.publisher_id, own_seq
         else:
             # L5: an identity of its own, so it never clashes with the client's own numbering.
             publisher_id = server_publisher_id_for(session.client_name, self.name)
-            seq = self.journal.marks.high_water(publisher_id) + 1
-        if self.journal.marks.is_duplicate(publisher_id, seq):
+            seq = marks.high_water(publisher_id) + 1
+        if marks.is_duplicate(publisher_id, seq):
             self.statistics.duplicates += 1
-            return publish.seq  # L4: discarded, still acknowledged as persisted
-        record = self.journal.append_publish(
-            topic=topic,
-            data=publish.data,
-            publisher_id=publisher_id,
-            seq=seq,
-            timestamp_us=now_us,
-            correlation_id=publish.correlation_id,
-            expiration_s=publish.expiration_s,
+            return own_seq  # L4: discarded, still acknowledged as persisted
+        self._undispatched.append(
+            journal.append_client_publish(
+                topic, data, publisher_id, seq, now_us, publish.correlation_id, publish.expiration_s
+            )
         )
-        self._undispatched.append(record)
         self._count_publish(topic, size)
-        return publish.seq
+        return own_seq
 
     def _count_publish(self, topic: str, size: int) -> None:
         stats = self.statistics
-        stats.published_by_topic[topic] = stats.published_by_topic.get(topic, 0) + 1
-        stats.published_bytes_by_topic[topic] = stats.published_bytes_by_topic.get(topic, 0) + size
+        counts = stats.published_by_topic
+        counts[topic] = counts.get(topic, 0) + 1
+        sizes = stats.published_bytes_by_topic
+        sizes[topic] = sizes.get(topic, 0) + size
 
     def publish_internal(self, topic: str, data: bytes) -> None:
         """A publish made by the instance itself (dead letters), under its own publisher id."""

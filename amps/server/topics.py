@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 import re2
@@ -11,6 +12,10 @@ from amps.errors import InvalidTopic
 # AMPS treats a topic containing any of these as a regular expression.
 REGEX_CHARACTERS = frozenset("^$*+?()[]{}|\\")
 MAX_TOPIC_LENGTH = 1024
+# Publishes name the same few topics over and over: each distinct valid name is checked once.
+VALID_TOPIC_CACHE_ENTRIES = 4096
+_valid_topics: dict[str, None] = {}
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f]")
 
 
 class TopicMatcher(Protocol):
@@ -47,18 +52,27 @@ class RegexTopic:
 
 def is_regex(text: str) -> bool:
     """Whether AMPS would read this topic as a regular expression."""
-    return any(ch in REGEX_CHARACTERS for ch in text)
+    return not REGEX_CHARACTERS.isdisjoint(text)
 
 
 def validate_topic_name(topic: str) -> None:
     """A topic to publish to: non-empty, bounded, and not a regular expression."""
+    if topic in _valid_topics:
+        return
+    _check_topic_name(topic)
+    if len(_valid_topics) >= VALID_TOPIC_CACHE_ENTRIES:
+        _valid_topics.clear()
+    _valid_topics[topic] = None
+
+
+def _check_topic_name(topic: str) -> None:
     if not topic:
         raise InvalidTopic("no topic given")
     if len(topic) > MAX_TOPIC_LENGTH:
         raise InvalidTopic(f"topic longer than {MAX_TOPIC_LENGTH} characters")
     if is_regex(topic):
         raise InvalidTopic(f"cannot publish to a regular expression: {topic!r}")
-    if any(ord(ch) < 32 for ch in topic):
+    if _CONTROL_CHARACTER.search(topic) is not None:
         raise InvalidTopic("topic contains control characters")
 
 

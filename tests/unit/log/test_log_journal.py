@@ -76,6 +76,37 @@ async def test_append_commit_read_round_trip(tmp_path: Path) -> None:
     await journal.close()
 
 
+async def test_append_client_publish_matches_append_publish(tmp_path: Path) -> None:
+    """The positional hot path builds the same records, frames, marks and summaries."""
+    one, two = _open(tmp_path / "one"), _open(tmp_path / "two")
+    for i in range(400):
+        args = ("tópico" if i % 3 else "t", bytes([i % 256]) * 90, 5 + i % 2, i + 1, 100 - i)
+        corr, exp = (f"c{i}" if i % 4 else ""), i % 3
+        a = one.append_publish(
+            topic=args[0],
+            data=args[1],
+            publisher_id=args[2],
+            seq=args[3],
+            timestamp_us=args[4],
+            correlation_id=corr,
+            expiration_s=exp,
+        )
+        b = two.append_client_publish(*args, corr, exp)  # fmt: skip
+        assert a == b
+        assert type(b) is PublishRecord
+    assert one._pending == two._pending
+    assert one.marks == two.marks
+    assert one.segment_count == two.segment_count > 1
+    assert [s.summary() if hasattr(s, "summary") else s for s in one.segments()] == [
+        s.summary() if hasattr(s, "summary") else s for s in two.segments()
+    ]
+    await one.commit()
+    await two.commit()
+    assert one.read(1, 1000) == two.read(1, 1000)
+    await one.close()
+    await two.close()
+
+
 async def test_timestamps_never_go_back(tmp_path: Path) -> None:
     journal = _open(tmp_path)
     journal.append_publish(topic="t", data=b"a", publisher_id=1, seq=1, timestamp_us=500)
