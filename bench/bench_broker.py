@@ -88,10 +88,10 @@ def _publisher_main(address: str, name: str, count: int, go: multiprocessing.syn
 
 def run_publishers(
     address: str, processes: int, per_process: int, tag: str
-) -> tuple[int, float, float]:
+) -> tuple[int, float, float, int]:
     """`processes` client processes each publish `per_process` messages and flush.
 
-    Returns (messages, wall seconds, client CPU seconds summed over the processes).
+    Returns (messages, wall seconds, client CPU seconds summed over the processes, frames sent).
     """
     ctx = multiprocessing.get_context("spawn")
     go = ctx.Event()
@@ -129,16 +129,18 @@ def run_publishers(
                 child.kill()
     total = sum(r.count for r in got)
     seconds = max(r.persisted for r in got) - min(r.started for r in got)
-    return total, seconds, sum(r.cpu_s for r in got)
+    return total, seconds, sum(r.cpu_s for r in got), sum(r.frames_sent for r in got)
 
 
 def bench_publish(instance: InstanceProcess, processes: int, seconds: float) -> None:
     """Items 1 and 3: calibrate N for about `seconds`, then measure rate and fsyncs/message."""
-    warm_total, warm_s, _cpu = run_publishers(instance.address, processes, 20_000, f"w{processes}")
+    warm_total, warm_s, _cpu, _frames = run_publishers(
+        instance.address, processes, 20_000, f"w{processes}"
+    )
     per_process = max(20_000, int(warm_total / warm_s * seconds * 1.3 / processes))
     before = scrape(instance.admin_port)
     server_cpu = process_cpu_s(instance)
-    total, elapsed, client_cpu = run_publishers(
+    total, elapsed, client_cpu, frames = run_publishers(
         instance.address, processes, per_process, f"p{processes}"
     )
     server_cpu = process_cpu_s(instance) - server_cpu
@@ -156,7 +158,8 @@ def bench_publish(instance: InstanceProcess, processes: int, seconds: float) -> 
     print(
         f"  CPU: server {server_cpu:.2f} s ({server_cpu / total * 1e6:.1f} us/message, "
         f"{server_cpu / elapsed:.0%} of a core), clients {client_cpu:.2f} s "
-        f"({client_cpu / total * 1e6:.1f} us/message)",
+        f"({client_cpu / total * 1e6:.1f} us/message); {total / max(1, frames):,.0f} "
+        f"publishes per client frame",
         flush=True,
     )
 
@@ -318,7 +321,9 @@ def fill(instance: InstanceProcess, messages: int) -> None:
     have = int(scrape(instance.admin_port)["amps_journal_last_txid"])
     missing = messages - have
     if missing > 0:
-        total, seconds, _cpu = run_publishers(instance.address, 4, -(-missing // 4), "fill")
+        total, seconds, _cpu, _frames = run_publishers(
+            instance.address, 4, -(-missing // 4), "fill"
+        )
         print(f"filled the journal: {rate(total, seconds)}", flush=True)
 
 

@@ -48,6 +48,10 @@ def varint(value: int) -> bytes:
     """Protobuf base-128 varint of a non-negative integer."""
     if value < 0x80:
         return _ONE_BYTE_VARINTS[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if value < 0x20_0000:
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

@@ -141,7 +141,15 @@ class Connection:
         parts = self._parts
         parts.append(commands.publish_head(topic, len(data), seq))
         parts.append(data)
-        return self._queued_one(len(data) + 64)
+        # _queued_one, inlined (the publish hot path).
+        self._queued += 1
+        self._frame_commands += 1
+        self._frame_bytes += len(data) + 64
+        if self._queued == 1:
+            self._wake.set()
+        if self._frame_commands >= self.max_frame_commands or self._frame_bytes >= MAX_FRAME_BYTES:
+            self._close_frame()
+        return self._queued
 
     def _queued_one(self, size_bytes: int) -> int:
         self._queued += 1
@@ -150,13 +158,16 @@ class Connection:
         if self._queued == 1:
             self._wake.set()
         if self._frame_commands >= self.max_frame_commands or self._frame_bytes >= MAX_FRAME_BYTES:
-            # A full frame: it goes out at once, the flush interval is not waited for.
-            self._full_frames.append(self._parts)
-            self._parts = []
-            self._frame_commands = 0
-            self._frame_bytes = 0
-            self._full.set()
+            self._close_frame()
         return self._queued
+
+    def _close_frame(self) -> None:
+        """The frame being filled is full: it goes out at once, without the flush interval."""
+        self._full_frames.append(self._parts)
+        self._parts = []
+        self._frame_commands = 0
+        self._frame_bytes = 0
+        self._full.set()
 
     def _take_frames(self) -> list[bytes]:
         """Every queued command, as serialized ClientFrames."""

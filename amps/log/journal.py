@@ -235,13 +235,24 @@ class Journal:
             txid, timestamp_us, topic, data, publisher_id, seq, instance, group, txid,
             correlation_id, expiration_s,
         )  # fmt: skip
-        record = codec.new_publish(
+        # _buffer_frame, inlined.
+        size = len(frame)
+        active = self._active
+        if active.size_bytes and active.size_bytes + size > self.segment_size_bytes:
+            sealed = active.summary()
+            self._sealed.append(sealed)
+            self._pending.append(Rotate(sealed, txid))
+            active = self._active = SegmentBuilder(txid)
+        active.add(size, txid, timestamp_us, publisher_id, seq)
+        self._pending.append(frame)
+        self._pending_bytes += size
+        self._next_txid = txid + 1
+        self._last_timestamp_us = timestamp_us
+        self.marks.advance(publisher_id, seq)
+        return codec.new_publish(
             txid, timestamp_us, topic, data, publisher_id, seq, instance, group, txid,
             correlation_id, expiration_s,
         )  # fmt: skip
-        self._buffer_frame(frame, txid, timestamp_us, publisher_id, seq)
-        self.marks.advance(publisher_id, seq)
-        return record
 
     def append(self, record: Record) -> Record:
         """Assign a txid to any record built with txid=0 and buffer it."""
