@@ -1,17 +1,30 @@
 """Expression engine throughput: the five-predicate filter of AMPS-EXPRESSIONS.md §8 on ~1 KB JSON.
 
 Run with `.venv/bin/python -m bench.bench_expr`. Prints figures; asserts nothing.
+
+When pysimdjson is importable (it is not a dependency), two more rows measure the lazy-parse
+alternative that was evaluated and not adopted (docs/reference/expressions.md, "Parse backend"):
+the same hand-written predicate over simdjson proxies, with simdjson's first-key-wins lookup, and
+with the duplicate-key check that keeping orjson's last-key-wins answer would need.
 """
 
 from __future__ import annotations
 
+import importlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import ModuleType
 
 import orjson
 
 from amps.expr import Message, compile_filter
+
+simdjson: ModuleType | None
+try:
+    simdjson = importlib.import_module("simdjson")
+except ImportError:  # optional: only for the evaluation rows
+    simdjson = None
 
 FILTER = (
     "/price > 100 AND /qty >= 100 AND /side = 'buy' AND /region IN ('NYC','LDN') "
@@ -21,7 +34,7 @@ DOCUMENTS = 2000
 ROUNDS = 15
 
 
-def hand_written(d: dict[str, object]) -> bool:
+def hand_written(d: Mapping[str, object]) -> bool:
     """The same predicate as a Python programmer would write it for these documents."""
     return (
         d["price"] > 100  # type: ignore[operator]
@@ -45,6 +58,22 @@ def make_document(rng: random.Random) -> bytes:
     for index in range(24):
         doc[f"field_{index:02d}"] = "".join(rng.choice("abcdefghij") for _ in range(24))
     return orjson.dumps(doc)
+
+
+def simdjson_lazy(payload: bytes) -> Mapping[str, object]:
+    """A fresh parser per document: a parser cannot be reused while proxies from it live."""
+    assert simdjson is not None
+    doc: Mapping[str, object] = simdjson.Parser().parse(payload)
+    return doc
+
+
+def simdjson_checked(payload: bytes) -> Mapping[str, object]:
+    """As `simdjson_lazy`, but a top-level object with a duplicate key goes to orjson (last key
+    wins, as today). Listing the keys is the only way pysimdjson 7 offers to see duplicates."""
+    doc = simdjson_lazy(payload)
+    if len(set(doc)) != len(doc):
+        return dict(orjson.loads(payload))
+    return doc
 
 
 def best_rates(runs: list[Callable[[], object]], count: int) -> list[float]:
@@ -94,6 +123,25 @@ def main() -> None:
         f"{compiled_bytes / hand_bytes:>8.2f}"
     )
     print(f"{'orjson.loads alone (docs/s)':32}{parse_only:>14,.0f}")
+    if simdjson is None:
+        print("pysimdjson not installed: evaluation rows skipped")
+        return
+    # Measured again beside the orjson hand lambda so that the ratios share the same noise.
+    orjson_hand, first_wins, checked = best_rates(
+        [
+            lambda: [hand_written(orjson.loads(p)) for p in payloads],
+            lambda: [hand_written(simdjson_lazy(p)) for p in payloads],
+            lambda: [hand_written(simdjson_checked(p)) for p in payloads],
+        ],
+        DOCUMENTS,
+    )
+    print("pysimdjson, evaluated and not adopted (hand lambda including parse, evals/s):")
+    for name, rate in [
+        ("  orjson.loads (today)", orjson_hand),
+        ("  simdjson, first key wins", first_wins),
+        ("  simdjson + duplicate check", checked),
+    ]:
+        print(f"{name:32}{rate:>14,.0f}{'':14}{rate / orjson_hand:>8.2f}")
 
 
 if __name__ == "__main__":
