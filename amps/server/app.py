@@ -22,10 +22,10 @@ from amps.log.journal import Journal
 from amps.metrics import InstanceSnapshot, Metrics, QueueSnapshot
 from amps.server.admin_http import AdminHttpServer
 from amps.server.admin_routes import QUEUES_PATH, QueueRoutes
-from amps.server.client_service import ClientService
+from amps.server.client_service import ClientService, add_to_server
 from amps.server.fatal import FatalReason, fatal
 from amps.server.instance import Instance
-from amps.v1 import client_pb2, client_pb2_grpc
+from amps.v1 import client_pb2
 
 log = logging.getLogger("amps.server")
 
@@ -109,9 +109,8 @@ class Server:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        client_pb2_grpc.add_AmpsServicer_to_server(  # type: ignore[no-untyped-call]
-            ClientService(self.instance), server
-        )
+        # Registered by hand: Connect yields encoded ServerFrames (bytes), see amps.server.wire.
+        add_to_server(ClientService(self.instance), server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         names = (

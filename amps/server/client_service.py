@@ -23,6 +23,8 @@ log = logging.getLogger("amps.client_service")
 
 Handler = Callable[[Session, pb.Command], None]
 
+SERVICE_NAME = "amps.v1.Amps"
+
 # Words accepted for the special bookmarks, besides their AMPS forms `0` and `0|1|`.
 BOOKMARK_ALIASES = {"epoch": "0", "now": "0|1|"}
 
@@ -44,7 +46,8 @@ class ClientService(client_pb2_grpc.AmpsServicer):
 
     async def Connect(
         self, request_iterator: AsyncIterator[pb.ClientFrame], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.ServerFrame]:
+    ) -> AsyncIterator[bytes]:
+        """Yields encoded ServerFrames (bytes); see add_to_server."""
         session = Session(self.instance, context.peer())
         self.instance.sessions.add(session)
         reader = asyncio.create_task(self._read(session, request_iterator))
@@ -188,6 +191,28 @@ class ClientService(client_pb2_grpc.AmpsServicer):
 
     def _on_sow(self, session: Session, command: pb.Command) -> None:
         self.instance.sow(session, command)
+
+
+def add_to_server(service: ClientService, server: grpc.aio.Server) -> None:
+    """Register `/amps.v1.Amps/Connect`: ClientFrame requests, already encoded ServerFrames out.
+
+    Replaces the generated add_AmpsServicer_to_server: same service and method names, so
+    clients, reflection and health checks see no difference; only the response serializer is
+    the identity, because Connect yields bytes (see amps.server.wire).
+    """
+    handlers = {
+        "Connect": grpc.stream_stream_rpc_method_handler(
+            service.Connect,
+            request_deserializer=pb.ClientFrame.FromString,
+            response_serializer=_frame_bytes,
+        )
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+def _frame_bytes(frame: bytes) -> bytes:
+    return frame
 
 
 async def _heartbeat(session: Session, interval_s: float) -> None:

@@ -339,8 +339,14 @@ class Instance:
                 if not subscription.filter.matches(message):
                     continue
             by_session.setdefault(subscription.session, []).append(subscription.sub_id)
+        # One encoding per distinct set of sub_ids (usually one for all sessions).
+        entries: dict[tuple[str, ...], bytes] = {}
         for session, sub_ids in by_session.items():
-            session.send(delivery_for(record, sub_ids), len(record.data) + 64)
+            key = tuple(sub_ids)
+            entry = entries.get(key)
+            if entry is None:
+                entry = entries[key] = delivery_for(record, sub_ids)
+            session.send_entry(entry)
             self.statistics.delivered += 1
 
 
@@ -348,18 +354,17 @@ def bookmark_of(record: PublishRecord) -> str:
     return f"{record.publisher_id}|{record.seq}|"
 
 
-def delivery_for(record: PublishRecord, sub_ids: list[str]) -> pb.ServerMessage:
-    """The delivery frame entry for a durable publish."""
-    return pb.ServerMessage(
-        delivery=pb.Delivery(
-            topic=record.topic,
-            data=record.data,
-            bookmark=bookmark_of(record),
-            sub_ids=sub_ids,
-            txid=record.txid,
-            timestamp_us=record.timestamp_us,
-            correlation_id=record.correlation_id,
-        )
+def delivery_for(record: PublishRecord, sub_ids: list[str]) -> bytes:
+    """The frame entry of ServerMessage(delivery=...) for a durable publish (amps.server.wire)."""
+    from amps.server.wire import encoder_for
+
+    return encoder_for(record.topic, sub_ids).encode(
+        record.data,
+        record.publisher_id,
+        record.seq,
+        record.txid,
+        record.timestamp_us,
+        record.correlation_id.encode(),
     )
 
 

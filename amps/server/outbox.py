@@ -1,11 +1,14 @@
-"""Per-connection outgoing buffer: messages are batched into frames (many per gRPC message)."""
+"""Per-connection outgoing buffer: messages are batched into frames (many per gRPC message).
+
+The buffer holds *frame entries*: encoded ServerMessages already wrapped as one element of
+`ServerFrame.messages` (see `amps.server.wire`). A frame is the concatenation of entries, sent
+by the gRPC method as bytes: no protobuf object per message on the way out.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-
-from amps.v1 import client_pb2 as pb
 
 MAX_FRAME_MESSAGES = 500
 # Frames stay well under the gRPC message limit even when every message is near its maximum.
@@ -15,11 +18,10 @@ DRAIN_LOW_WATER_MESSAGES = 2_000
 
 
 class Outbox:
-    """Collects ServerMessages and hands them out as ServerFrames; closing ends the stream."""
+    """Collects frame entries, hands them out as encoded ServerFrames; closing ends the stream."""
 
     def __init__(self) -> None:
-        self._messages: list[pb.ServerMessage] = []
-        self._sizes: list[int] = []
+        self._entries: list[bytes] = []
         self._ready = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
@@ -28,16 +30,24 @@ class Outbox:
         self.sent_messages = 0
 
     def __len__(self) -> int:
-        return len(self._messages)
+        return len(self._entries)
 
-    def put(self, message: pb.ServerMessage, size_bytes: int = 64) -> None:
-        """Queue one message; it leaves with the next frame."""
+    def put(self, entry: bytes) -> None:
+        """Queue one frame entry (`wire.entry(...)`); it leaves with the next frame."""
         if self.closed:
             return
-        self._messages.append(message)
-        self._sizes.append(size_bytes)
+        self._entries.append(entry)
         self._ready.set()
-        if len(self._messages) > DRAIN_LOW_WATER_MESSAGES:
+        if len(self._entries) > DRAIN_LOW_WATER_MESSAGES:
+            self._drained.clear()
+
+    def put_many(self, entries: list[bytes]) -> None:
+        """Queue several frame entries, in order."""
+        if self.closed or not entries:
+            return
+        self._entries.extend(entries)
+        self._ready.set()
+        if len(self._entries) > DRAIN_LOW_WATER_MESSAGES:
             self._drained.clear()
 
     def close(self, reason: tuple[int, str] | None = None) -> None:
@@ -51,28 +61,32 @@ class Outbox:
         """Wait until few enough messages are queued (replay pacing)."""
         await self._drained.wait()
 
-    def _take_frame(self) -> pb.ServerFrame:
-        count = 0
-        total = 0
-        for size in self._sizes:
-            if count and (count >= MAX_FRAME_MESSAGES or total + size > MAX_FRAME_BYTES):
-                break
-            count += 1
-            total += size
-        batch = self._messages[:count]
-        del self._messages[:count]
-        del self._sizes[:count]
-        if len(self._messages) <= DRAIN_LOW_WATER_MESSAGES:
+    def _take_frame(self) -> bytes:
+        entries = self._entries
+        batch = entries[:MAX_FRAME_MESSAGES]
+        count = len(batch)
+        if sum(map(len, batch)) > MAX_FRAME_BYTES:
+            count = 0
+            total = 0
+            for entry in batch:
+                size = len(entry)
+                if count and total + size > MAX_FRAME_BYTES:
+                    break
+                count += 1
+                total += size
+            batch = batch[:count]
+        del entries[:count]
+        if len(entries) <= DRAIN_LOW_WATER_MESSAGES:
             self._drained.set()
-        if not self._messages:
+        if not entries:
             self._ready.clear()
         self.sent_messages += count
-        return pb.ServerFrame(messages=batch)
+        return b"".join(batch)
 
-    async def frames(self) -> AsyncIterator[pb.ServerFrame]:
-        """Yield frames until closed and empty."""
+    async def frames(self) -> AsyncIterator[bytes]:
+        """Yield encoded ServerFrames until closed and empty."""
         while True:
-            if not self._messages:
+            if not self._entries:
                 if self.closed:
                     return
                 await self._ready.wait()

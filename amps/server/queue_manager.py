@@ -143,6 +143,8 @@ class QueueManager:
 
     def sow(self, session: Session, command: pb.Command) -> None:
         """Q19: the queue's deliverable messages, read-only."""
+        from amps.server.wire import delivery_entry
+
         request = command.sow
         driver = self.driver(request.topic)
         flt: Filter | None = compile_filter(request.filter) if request.filter else None
@@ -155,16 +157,17 @@ class QueueManager:
                 break
             if flt is not None and not flt.matches(self.instance.expr_message(record)):
                 continue
-            delivery = pb.Delivery(
-                topic=driver.name,
-                data=record.data,
-                bookmark=f"{record.publisher_id}|{record.seq}|",
-                txid=record.txid,
-                timestamp_us=record.timestamp_us,
-                query_id=query_id,
-                queue=True,
+            session.send_entry(
+                delivery_entry(
+                    topic=driver.name,
+                    data=record.data,
+                    bookmark=f"{record.publisher_id}|{record.seq}|",
+                    txid=record.txid,
+                    timestamp_us=record.timestamp_us,
+                    query_id=query_id,
+                    queue=True,
+                )
             )
-            session.send(pb.ServerMessage(delivery=delivery), len(record.data) + 96)
             count += 1
         session.send(
             pb.ServerMessage(group_end=pb.GroupEnd(query_id=query_id, records_returned=count))

@@ -40,7 +40,6 @@ from amps.queue import (
     Unsubscribed,
 )
 from amps.queue.subscriptions import effective_backlog
-from amps.v1 import client_pb2 as pb
 
 if TYPE_CHECKING:
     from amps.server.instance import Instance
@@ -330,20 +329,23 @@ class QueueDriver:
     def _send(
         self, target: tuple[Session, str], record: PublishRecord, lease_us: int, count: int
     ) -> None:
+        from amps.server.wire import delivery_entry
+
         session, sub_id = target
-        delivery = pb.Delivery(
-            topic=self.name,
-            data=record.data,
-            bookmark=f"{record.publisher_id}|{record.seq}|",
-            sub_ids=[sub_id],
-            txid=record.txid,
-            timestamp_us=record.timestamp_us,
-            lease_deadline_us=lease_us,
-            delivery_count=count,
-            queue=True,
-            correlation_id=record.correlation_id,
+        session.send_entry(
+            delivery_entry(
+                topic=self.name,
+                data=record.data,
+                bookmark=f"{record.publisher_id}|{record.seq}|",
+                sub_ids=(sub_id,),
+                txid=record.txid,
+                timestamp_us=record.timestamp_us,
+                lease_deadline_us=lease_us,
+                delivery_count=count,
+                queue=True,
+                correlation_id=record.correlation_id,
+            )
         )
-        session.send(pb.ServerMessage(delivery=delivery), len(record.data) + 96)
         self.instance.statistics.delivered += 1
 
     def _dead_letter(self, action: PublishDeadLetter) -> None:

@@ -1,4 +1,9 @@
-"""Bookmark replay (L7): read the journal from a start point, then hand over to live delivery."""
+"""Bookmark replay (L7): read the journal from a start point, then hand over to live delivery.
+
+The hot loop reads publishes as raw fields (`amps.log.raw`, no record objects) and encodes each
+delivery straight into a frame entry (`amps.server.wire.DeliveryEncoder`, topic and sub_id
+encoded once per topic). Only a subscription with a content filter builds a record per message.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from amps.log.records import PublishRecord
+from amps.log import codec
+from amps.log.raw import RawReader
 from amps.server.convert import success_ack
+from amps.server.wire import DeliveryEncoder
 
 if TYPE_CHECKING:
     from amps.server.instance import Instance
@@ -20,40 +27,59 @@ READ_BATCH_RECORDS = 2_000
 
 async def replay(instance: Instance, subscription: Subscription, start_txid: int) -> None:
     """Deliver journal records from start_txid, then switch the subscription to live."""
-    from amps.server.instance import delivery_for, expr_message
+    reader = RawReader(instance.journal)
+    try:
+        await _replay(instance, subscription, start_txid, reader)
+    finally:
+        reader.close()
+
+
+async def _replay(
+    instance: Instance, subscription: Subscription, start_txid: int, reader: RawReader
+) -> None:
+    from amps.server.instance import expr_message
 
     session = subscription.session
+    outbox = session.outbox
     position = start_txid
-    sub_ids = [subscription.sub_id]
-    while not session.outbox.closed:
+    sub_ids = (subscription.sub_id,)
+    flt = subscription.filter
+    # Topic (as stored) -> its encoder, or None when the subscription's topic does not match.
+    encoders: dict[bytes, DeliveryEncoder | None] = {}
+    unknown = DeliveryEncoder(b"", ())  # a sentinel: "topic not seen yet"
+    while not outbox.closed:
         limit = instance.dispatched_txid
         if position > limit:
             # No await between the check and the switch: the next live record is > limit.
             subscription.live = True
             session.send(success_ack(cmd_id="", ack_type="completed", sub_id=subscription.sub_id))
             return
-        records = instance.journal.read(position, READ_BATCH_RECORDS)
-        if not records:
+        publishes, reached = reader.read(position, limit, READ_BATCH_RECORDS)
+        if reached == position:
             # Nothing readable below the dispatched point: the journal and dispatch disagree.
             log.error("replay for %s found no records at txid %d", subscription.sub_id, position)
             position = limit + 1
             continue
-        if records[0].txid > limit:
-            position = limit + 1
-            continue
-        for record in records:
-            if record.txid > limit:
-                break
-            position = record.txid + 1
-            if not isinstance(record, PublishRecord):
+        position = reached
+        entries: list[bytes] = []
+        append = entries.append
+        for txid, ts, pub, seq, expiration_s, topic, correlation_id, data in publishes:
+            encoder = encoders.get(topic, unknown)
+            if encoder is unknown:
+                matches = subscription.topic.matches(topic.decode())
+                encoder = encoders[topic] = DeliveryEncoder(topic, sub_ids) if matches else None
+            if encoder is None:
                 continue
-            if not subscription.topic.matches(record.topic):
-                continue
-            flt = subscription.filter
-            if flt is not None and not flt.matches(expr_message(record)):
-                continue
-            session.send(delivery_for(record, sub_ids), len(record.data) + 64)
-            subscription.delivered += 1
-        await session.outbox.wait_drained()
+            if flt is not None:
+                record = codec.new_publish(
+                    txid, ts, topic.decode(), data, pub, seq, "", "", 0, correlation_id.decode(),
+                    expiration_s,
+                )  # fmt: skip
+                if not flt.matches(expr_message(record)):
+                    continue
+            append(encoder.encode(data, pub, seq, txid, ts, correlation_id))
+        session.send_entries(entries)
+        subscription.delivered += len(entries)
+        await outbox.wait_drained()
         # Let live traffic and other sessions run between batches.
         await asyncio.sleep(0)

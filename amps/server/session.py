@@ -12,6 +12,7 @@ import grpc
 from amps import errors
 from amps.server.convert import failure_ack, grpc_status_for, requested, success_ack
 from amps.server.outbox import Outbox
+from amps.server.wire import message_entry
 from amps.v1 import client_pb2 as pb
 
 if TYPE_CHECKING:
@@ -61,8 +62,17 @@ class Session:
         if self.heartbeat_task is not None:
             self.heartbeat_task.cancel()
 
-    def send(self, message: pb.ServerMessage, size_bytes: int = 64) -> None:
-        self.outbox.put(message, size_bytes)
+    def send(self, message: pb.ServerMessage) -> None:
+        """Queue any ServerMessage (acks, group markers, heartbeats)."""
+        self.outbox.put(message_entry(message))
+
+    def send_entry(self, entry: bytes) -> None:
+        """Queue an already encoded frame entry (deliveries, see amps.server.wire)."""
+        self.outbox.put(entry)
+
+    def send_entries(self, entries: list[bytes]) -> None:
+        """Queue encoded frame entries, in order."""
+        self.outbox.put_many(entries)
 
     def fail(self, error: errors.AmpsError, command: pb.Command, *, seq: int = 0) -> None:
         """Answer a command with a failed ack; the connection stays up."""

@@ -1,0 +1,229 @@
+"""Hand-written protobuf encoding of what the server sends most: deliveries, and frames.
+
+A `ServerFrame` is `repeated ServerMessage messages = 1`, so its encoding is the concatenation
+of one *entry* per message: `0x0A | varint(len(m)) | m`, where `m` is an encoded ServerMessage.
+The Outbox queues entries (bytes) and a frame is `b"".join(entries)`: no protobuf object per
+message and no second copy by `ServerFrame(messages=...)`.
+
+`delivery_entry` encodes `ServerMessage(delivery=Delivery(...))` directly, byte-for-byte what
+`SerializeToString` produces (fields in number order, proto3 defaults left out; an empty
+repeated string is still written). `tests/unit/server/test_wire.py` checks the equality.
+Rarer messages (acks, group markers, heartbeats) go through `entry(message.SerializeToString())`.
+"""
+
+from __future__ import annotations
+
+from amps.v1 import client_pb2 as pb
+
+__all__ = [
+    "DeliveryEncoder",
+    "delivery_body",
+    "delivery_entry",
+    "encoder_for",
+    "entry",
+    "message_entry",
+    "string_field",
+    "sub_ids_field",
+    "varint",
+]
+
+# Field keys (field number << 3 | wire type): 0 = varint, 2 = length-delimited.
+_FRAME_MESSAGE = b"\x0a"  # ServerFrame.messages = 1
+_DELIVERY = b"\x12"  # ServerMessage.delivery = 2
+_TOPIC = b"\x0a"
+_DATA = b"\x12"
+_BOOKMARK = b"\x1a"
+_SUB_ID = b"\x22"
+_TXID = b"\x28"
+_TIMESTAMP = b"\x30"
+_LEASE = b"\x38"
+_COUNT = b"\x40"
+_QUEUE_TRUE = b"\x48\x01"
+_CORRELATION = b"\x52"
+_QUERY_ID = b"\x5a"
+
+# varint(v) for v < 2**14 (one or two bytes), and the two-byte "more follows" form of the low
+# 14 bits of a larger value: a varint is then a few table look-ups instead of a loop per byte.
+_SMALL = [bytes((v,)) if v < 0x80 else bytes(((v & 0x7F) | 0x80, v >> 7)) for v in range(1 << 14)]
+_MORE = [bytes(((v & 0x7F) | 0x80, (v >> 7) | 0x80)) for v in range(1 << 14)]
+_M14 = 0x3FFF
+
+
+def _varint_slow(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # int64: ten bytes, two's complement
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def varint(value: int) -> bytes:
+    """Base-128 varint of an unsigned value; a negative one as protobuf encodes int64."""
+    if 0 <= value < 1 << 14:
+        return _SMALL[value]
+    if 0 < value < 1 << 28:
+        return _MORE[value & _M14] + _SMALL[value >> 14]
+    if 0 < value < 1 << 42:
+        return _MORE[value & _M14] + _MORE[(value >> 14) & _M14] + _SMALL[value >> 28]
+    if 0 < value < 1 << 56:  # microsecond timestamps
+        return (
+            _MORE[value & _M14]
+            + _MORE[(value >> 14) & _M14]
+            + _MORE[(value >> 28) & _M14]
+            + _SMALL[value >> 42]
+        )
+    return _varint_slow(value)
+
+
+def string_field(key: bytes, value: bytes) -> bytes:
+    """One length-delimited field; empty for an empty value (the proto3 default)."""
+    if not value:
+        return b""
+    return key + varint(len(value)) + value
+
+
+def sub_ids_field(sub_ids: list[str] | tuple[str, ...]) -> bytes:
+    """Delivery.sub_ids (field 4, repeated: empty strings are written too)."""
+    parts = []
+    for sub_id in sub_ids:
+        raw = sub_id.encode()
+        parts.append(_SUB_ID + varint(len(raw)) + raw)
+    return b"".join(parts)
+
+
+def entry(message: bytes) -> bytes:
+    """A frame entry for an encoded ServerMessage."""
+    return _FRAME_MESSAGE + varint(len(message)) + message
+
+
+def message_entry(message: pb.ServerMessage) -> bytes:
+    """A frame entry for any ServerMessage (acks, group markers, heartbeats)."""
+    return entry(message.SerializeToString())
+
+
+def delivery_body(
+    *,
+    topic: str = "",
+    data: bytes = b"",
+    bookmark: str = "",
+    sub_ids: list[str] | tuple[str, ...] = (),
+    txid: int = 0,
+    timestamp_us: int = 0,
+    lease_deadline_us: int = 0,
+    delivery_count: int = 0,
+    queue: bool = False,
+    correlation_id: str = "",
+    query_id: str = "",
+) -> bytes:
+    """The encoding of a Delivery (every field; the general, slower form)."""
+    return b"".join(
+        (
+            string_field(_TOPIC, topic.encode()),
+            string_field(_DATA, data),
+            string_field(_BOOKMARK, bookmark.encode()),
+            sub_ids_field(sub_ids),
+            _TXID + varint(txid) if txid else b"",
+            _TIMESTAMP + varint(timestamp_us) if timestamp_us else b"",
+            _LEASE + varint(lease_deadline_us) if lease_deadline_us else b"",
+            _COUNT + varint(delivery_count) if delivery_count else b"",
+            _QUEUE_TRUE if queue else b"",
+            string_field(_CORRELATION, correlation_id.encode()),
+            string_field(_QUERY_ID, query_id.encode()),
+        )
+    )
+
+
+def delivery_entry(**fields: object) -> bytes:
+    """A frame entry for ServerMessage(delivery=Delivery(**fields))."""
+    body = delivery_body(**fields)  # type: ignore[arg-type]
+    message = _DELIVERY + varint(len(body)) + body
+    return entry(message)
+
+
+# Per-length field keys: b"\x12" + varint(n) (data) and b"\x1a" + varint(n) (bookmark).
+_DATA_KEYS = [_DATA + v if n else b"" for n, v in enumerate(_SMALL)]
+_BOOKMARK_KEYS = [_BOOKMARK + v for v in _SMALL[:256]]
+
+
+class DeliveryEncoder:
+    """Frame entries for deliveries of one topic to one set of sub_ids (replay, fan-out).
+
+    The topic and sub_ids fields are encoded once; per message only the bookmark, data, txid,
+    timestamp and correlation id are. Bookmarks are `publisher_id|seq|` as the record's own
+    `bookmark_of`; the publisher part is cached. The entry is one join of small pieces whose
+    length is added up as they are chosen: the data is copied once.
+    """
+
+    __slots__ = ("_publishers", "_size", "_subs", "_topic")
+
+    def __init__(self, topic: bytes, sub_ids: list[str] | tuple[str, ...]) -> None:
+        # Fields go in number order: topic (1), data (2), bookmark (3), sub_ids (4), txid (5),
+        # timestamp_us (6), correlation_id (10).
+        self._topic = string_field(_TOPIC, topic)
+        self._subs = sub_ids_field(sub_ids)
+        self._size = len(self._topic) + len(self._subs)
+        self._publishers: dict[int, bytes] = {}
+
+    def encode(
+        self, data: bytes, publisher_id: int, seq: int, txid: int, timestamp_us: int,
+        correlation_id: bytes,
+    ) -> bytes:  # fmt: skip
+        """One frame entry: ServerMessage(delivery=Delivery(topic, data, bookmark, ...))."""
+        prefix = self._publishers.get(publisher_id)
+        if prefix is None:
+            prefix = self._publishers[publisher_id] = b"%d|" % publisher_id
+        seq_part = b"%d|" % seq
+        n = len(data)
+        bm = len(prefix) + len(seq_part)
+        data_key = _DATA_KEYS[n] if n < 16384 else _DATA + varint(n)
+        bm_key = _BOOKMARK_KEYS[bm] if bm < 256 else _BOOKMARK + varint(bm)
+        # [0] and [1] become the entry's header once the size is known.
+        parts = [b"", b"", self._topic, data_key, data, bm_key, prefix, seq_part, self._subs]
+        size = self._size + len(data_key) + n + len(bm_key) + bm
+        if txid:
+            txid_value = _SMALL[txid] if txid < 16384 else varint(txid)
+            parts += (_TXID, txid_value)
+            size += 1 + len(txid_value)
+        if 1 << 42 <= timestamp_us < 1 << 56:  # microseconds since 1970: the usual case
+            high = _SMALL[timestamp_us >> 42]
+            parts += (
+                _TIMESTAMP,
+                _MORE[timestamp_us & _M14],
+                _MORE[(timestamp_us >> 14) & _M14],
+                _MORE[(timestamp_us >> 28) & _M14],
+                high,
+            )
+            size += 7 + len(high)
+        elif timestamp_us:
+            ts_value = varint(timestamp_us)
+            parts += (_TIMESTAMP, ts_value)
+            size += 1 + len(ts_value)
+        if correlation_id:
+            corr_size = varint(len(correlation_id))
+            parts += (_CORRELATION, corr_size, correlation_id)
+            size += 1 + len(corr_size) + len(correlation_id)
+        message_header = _DELIVERY + (_SMALL[size] if size < 16384 else varint(size))
+        message_size = size + len(message_header)
+        parts[0] = _FRAME_MESSAGE + (
+            _SMALL[message_size] if message_size < 16384 else varint(message_size)
+        )
+        parts[1] = message_header
+        return b"".join(parts)
+
+
+_ENCODERS_MAX = 4096
+_encoders: dict[tuple[str, tuple[str, ...]], DeliveryEncoder] = {}
+
+
+def encoder_for(topic: str, sub_ids: list[str] | tuple[str, ...]) -> DeliveryEncoder:
+    """A shared DeliveryEncoder for (topic, sub_ids): live fan-out and queue deliveries."""
+    key = (topic, tuple(sub_ids))
+    encoder = _encoders.get(key)
+    if encoder is None:
+        if len(_encoders) >= _ENCODERS_MAX:
+            _encoders.clear()
+        encoder = _encoders[key] = DeliveryEncoder(topic.encode(), key[1])
+    return encoder

@@ -1,0 +1,134 @@
+"""The hand-written delivery encoding is byte-for-byte what protobuf produces (amps.server.wire)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from amps.server import wire
+from amps.server.outbox import MAX_FRAME_MESSAGES, Outbox
+from amps.v1 import client_pb2 as pb
+
+U32 = st.integers(0, 2**32 - 1)
+U64 = st.integers(0, 2**64 - 1)
+I64 = st.integers(-(2**63), 2**63 - 1)
+# Unicode text including astral characters and NUL; surrogates cannot be UTF-8 encoded.
+TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
+EDGES = st.sampled_from([0, 1, 127, 128, 16383, 16384, 2**28 - 1, 2**28, 2**42, 2**56 - 1, 2**56])
+
+DELIVERIES = st.fixed_dictionaries(
+    {
+        "topic": TEXT,
+        "data": st.binary(max_size=20_000),
+        "bookmark": TEXT,
+        "sub_ids": st.lists(TEXT, max_size=4),
+        "txid": U64 | EDGES,
+        "timestamp_us": I64 | EDGES,
+        "lease_deadline_us": I64 | EDGES,
+        "delivery_count": U32,
+        "queue": st.booleans(),
+        "correlation_id": TEXT,
+        "query_id": TEXT,
+    }
+)
+
+
+def _entry_of(message: pb.ServerMessage) -> bytes:
+    return pb.ServerFrame(messages=[message]).SerializeToString()
+
+
+@given(U64 | EDGES | I64)
+def test_varint_matches_protobuf(value: int) -> None:
+    field = pb.Delivery(timestamp_us=value) if value < 2**63 else pb.Delivery(txid=value)
+    encoded = field.SerializeToString()
+    if value:
+        assert encoded[1:] == wire.varint(value)
+
+
+@given(DELIVERIES)
+def test_delivery_entry_is_the_protobuf_encoding(fields: dict[str, object]) -> None:
+    message = pb.ServerMessage(delivery=pb.Delivery(**fields))  # type: ignore[arg-type]
+    entry = wire.delivery_entry(**fields)
+    assert entry == _entry_of(message)
+    assert pb.ServerFrame.FromString(entry).messages[0] == message
+
+
+def test_empty_delivery_still_says_delivery() -> None:
+    entry = wire.delivery_entry()
+    assert entry == _entry_of(pb.ServerMessage(delivery=pb.Delivery()))
+    assert pb.ServerFrame.FromString(entry).messages[0].WhichOneof("body") == "delivery"
+
+
+@given(
+    topic=TEXT,
+    sub_ids=st.lists(TEXT, max_size=3),
+    data=st.binary(max_size=20_000),
+    publisher_id=U64,
+    seq=U64,
+    txid=U64 | EDGES,
+    timestamp_us=I64 | EDGES,
+    correlation_id=TEXT,
+)
+def test_delivery_encoder_matches_protobuf(
+    topic: str, sub_ids: list[str], data: bytes, publisher_id: int, seq: int, txid: int,
+    timestamp_us: int, correlation_id: str,
+) -> None:  # fmt: skip
+    encoder = wire.DeliveryEncoder(topic.encode(), sub_ids)
+    entry = encoder.encode(data, publisher_id, seq, txid, timestamp_us, correlation_id.encode())
+    expected = pb.ServerMessage(
+        delivery=pb.Delivery(
+            topic=topic,
+            data=data,
+            bookmark=f"{publisher_id}|{seq}|",
+            sub_ids=sub_ids,
+            txid=txid,
+            timestamp_us=timestamp_us,
+            correlation_id=correlation_id,
+        )
+    )
+    assert entry == _entry_of(expected)
+    # The shared encoders give the same bytes (second call: from the cache).
+    for _ in range(2):
+        shared = wire.encoder_for(topic, sub_ids)
+        again = shared.encode(data, publisher_id, seq, txid, timestamp_us, correlation_id.encode())
+        assert again == entry
+
+
+@given(st.lists(DELIVERIES, min_size=1, max_size=5))
+def test_a_frame_is_the_concatenation_of_entries(many: list[dict[str, object]]) -> None:
+    messages = [pb.ServerMessage(delivery=pb.Delivery(**f)) for f in many]  # type: ignore[arg-type]
+    frame = b"".join(wire.delivery_entry(**f) for f in many)
+    assert frame == pb.ServerFrame(messages=messages).SerializeToString()
+
+
+def test_other_messages_go_through_protobuf() -> None:
+    ack = pb.ServerMessage(ack=pb.Ack(cmd_id="c", ack_type="processed", status="success", seq=9))
+    beat = pb.ServerMessage(heartbeat=pb.Heartbeat(options="beat"))
+    frame = wire.message_entry(ack) + wire.message_entry(beat)
+    assert pb.ServerFrame.FromString(frame) == pb.ServerFrame(messages=[ack, beat])
+
+
+async def test_outbox_frames_are_server_frames_within_limits() -> None:
+    outbox = Outbox()
+    entries = [wire.delivery_entry(topic="t", data=b"x" * i, txid=i + 1) for i in range(1_200)]
+    outbox.put(wire.message_entry(pb.ServerMessage(heartbeat=pb.Heartbeat(options="beat"))))
+    outbox.put_many(entries)
+    outbox.close()
+    frames = [pb.ServerFrame.FromString(frame) async for frame in outbox.frames()]
+    assert all(len(frame.messages) <= MAX_FRAME_MESSAGES for frame in frames)
+    messages = [m for frame in frames for m in frame.messages]
+    assert messages[0].WhichOneof("body") == "heartbeat"
+    assert [m.delivery.txid for m in messages[1:]] == list(range(1, 1_201))
+    assert outbox.sent_messages == 1_201
+
+
+async def test_outbox_splits_frames_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import amps.server.outbox as outbox_module
+
+    monkeypatch.setattr(outbox_module, "MAX_FRAME_BYTES", 10_000)
+    outbox = Outbox()
+    outbox.put_many([wire.delivery_entry(data=b"y" * 4_000, txid=i + 1) for i in range(5)])
+    outbox.close()
+    sizes = [len(pb.ServerFrame.FromString(f).messages) async for f in outbox.frames()]
+    assert sizes == [2, 2, 1]
