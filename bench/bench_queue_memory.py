@@ -1,7 +1,8 @@
 """Queue engine memory and throughput: bytes per queued message at 1,000,000 messages, the
 time to publish them (one `handle` each, and `handle_many` per 100), and deliver+ack through 4
 subscriptions with backlog 100: one bookmark per `Acked`, and acks batched per client as a client
-library sends them (one `Acked` per client per round). Printed, never asserted.
+library sends them (one `Acked` per client per round), and snapshot/encode/decode/restore of the
+queue (Q16). Printed, never asserted.
 Run: ``.venv/bin/python -m bench.bench_queue_memory [--messages N]``."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 import tracemalloc
 
 from amps.queue import Acked, Deliver, MessagePublished, QueueEngine, QueuePolicy, Subscribed
+from amps.queue.snapshot_codec import decode_snapshot, encode_snapshot
 
 
 def publish(engine: QueueEngine, count: int) -> float:
@@ -90,10 +92,36 @@ def measure_batched(count: int) -> None:
     print(f"deliver+ack (acks batched per client): {count / seconds:,.0f} msgs/s ({seconds:.2f} s)")
 
 
+def measure_snapshot(count: int) -> None:
+    """Snapshot, encode, decode and restore a queue of `count` live messages (Q16 restart)."""
+    policy = QueuePolicy(lease_period_ms=30_000, expiration_ms=3_600_000)
+    engine = QueueEngine(policy)
+    for first in range(1, 2 * count + 1, 1000):
+        last = min(first + 1000, 2 * count + 1)
+        engine.handle_many([MessagePublished(t, 7, t, t // 1000) for t in range(first, last)], 0)
+    engine.handle(Acked("c", [(7, t) for t in range(1, 2 * count + 1, 2)]), 0)  # half acked
+    start = time.perf_counter()
+    snapshot = engine.snapshot()
+    taken = time.perf_counter()
+    data = encode_snapshot(snapshot, 0, 0)
+    encoded = time.perf_counter()
+    decoded, _, _ = decode_snapshot(data)
+    read = time.perf_counter()
+    restored = QueueEngine.restore(policy, decoded, 12_345)
+    done = time.perf_counter()
+    assert restored.deliverable(1) == engine.deliverable(1)
+    print(
+        f"snapshot: {taken - start:.3f} s, encode {encoded - taken:.3f} s, "
+        f"decode {read - encoded:.3f} s, restore {done - read:.3f} s "
+        f"({len(snapshot.txids):,} live messages, half of {2 * count:,} acked, {len(data):,} B)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000)
     args = parser.parse_args()
+    measure_snapshot(args.messages)
     measure_memory(args.messages)
     measure_throughput(args.messages)
     measure_batched(args.messages)

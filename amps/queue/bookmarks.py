@@ -11,21 +11,27 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable
+from itertools import compress
+
+from amps.queue.columns import Column, ColumnFactory, memory_columns, tail
 
 
-class _PublisherRun:
+class PublisherRun:
+    """One publisher's seqs and txids, both increasing, as two parallel columns."""
+
     __slots__ = ("seqs", "txids")
 
-    def __init__(self) -> None:
-        self.seqs = array("Q")
-        self.txids = array("q")
+    def __init__(self, seqs: Column, txids: Column) -> None:
+        self.seqs = seqs
+        self.txids = txids
 
 
 class BookmarkIndex:
     """Maps (publisher_id, seq) to txid for the messages the queue still tracks."""
 
-    def __init__(self) -> None:
-        self._runs: dict[int, _PublisherRun] = {}
+    def __init__(self, columns: ColumnFactory = memory_columns) -> None:
+        self.columns = columns
+        self._runs: dict[int, PublisherRun] = {}
         self._max_seq: dict[int, int] = {}
         self._unordered: dict[tuple[int, int], int] = {}
         self.entry_count = 0
@@ -41,7 +47,7 @@ class BookmarkIndex:
         max_seq[publisher_id] = seq
         run = self._runs.get(publisher_id)
         if run is None:
-            run = self._runs[publisher_id] = _PublisherRun()
+            run = self._runs[publisher_id] = self.new_run()
         run.seqs.append(seq)
         run.txids.append(txid)
 
@@ -72,17 +78,44 @@ class BookmarkIndex:
         count = 0
         for publisher_id, run in list(self._runs.items()):
             start = bisect_left(run.txids, below)
-            kept = [i for i in range(start, len(run.txids)) if keep(run.txids[i])]
-            if not kept:
+            mask = bytes(map(keep, tail(run.txids, start)))
+            txids = array("q", compress(tail(run.txids, start), mask))
+            if not txids:
                 del self._runs[publisher_id]
                 continue
-            fresh = _PublisherRun()
-            fresh.seqs = array("Q", [run.seqs[i] for i in kept])
-            fresh.txids = array("q", [run.txids[i] for i in kept])
-            self._runs[publisher_id] = fresh
-            count += len(kept)
+            seqs = array("Q", compress(tail(run.seqs, start), mask))
+            self._runs[publisher_id] = self.new_run(seqs, txids)
+            count += len(txids)
         self._unordered = {k: t for k, t in self._unordered.items() if t >= below and keep(t)}
         self.entry_count = count + len(self._unordered)
+
+    def new_run(
+        self, seqs: array[int] | None = None, txids: array[int] | None = None
+    ) -> PublisherRun:
+        """A run in this index's column storage, holding `seqs` and `txids` if given."""
+        columns = self.columns
+        if seqs is None or txids is None:
+            return PublisherRun(columns("Q"), columns("q"))
+        return PublisherRun(columns("Q", seqs), columns("q", txids))
+
+    def load(
+        self,
+        runs: dict[int, PublisherRun],
+        unordered: dict[tuple[int, int], int],
+        max_seq: dict[int, int],
+    ) -> None:
+        """Install runs built in bulk (restore) into an empty index."""
+        assert not self._runs
+        assert not self._unordered
+        assert not self.entry_count
+        self._runs = runs
+        self._unordered = unordered
+        self._max_seq = max_seq
+        self.entry_count = sum(len(r.txids) for r in runs.values()) + len(unordered)
+
+    def export(self) -> tuple[dict[int, PublisherRun], dict[tuple[int, int], int]]:
+        """The runs and the out-of-order entries (for snapshots; do not modify)."""
+        return self._runs, self._unordered
 
     def items(self) -> list[tuple[int, int, int]]:
         """Every (txid, publisher_id, seq), in txid order (for snapshots)."""

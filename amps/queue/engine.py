@@ -15,6 +15,7 @@ from typing import Any
 
 from amps.queue import acks, compaction, deadlines, delivery, queries, recovery
 from amps.queue.actions import NO_REASON, Action, RemovalReason
+from amps.queue.columns import ColumnFactory, memory_columns
 from amps.queue.events import (
     Acked,
     AckedByFilter,
@@ -36,8 +37,9 @@ from amps.queue.table import LEASED, NO_EXPIRY
 class QueueEngine:
     """The sans-IO engine of one queue on one instance."""
 
-    def __init__(self, policy: QueuePolicy) -> None:
-        self._state = QueueState(policy)
+    def __init__(self, policy: QueuePolicy, *, columns: ColumnFactory | None = None) -> None:
+        """`columns` (else `policy.columns`, else memory) stores the per-message structures."""
+        self._state = QueueState(policy, columns or policy.columns or memory_columns)
         state = self._state
         self._handlers: dict[type, Callable[[Any, int, list[Action]], None]] = {
             MessagePublished: self._on_message_published,
@@ -213,10 +215,15 @@ class QueueEngine:
 
     @classmethod
     def restore(
-        cls, policy: QueuePolicy, snapshot: recovery.QueueSnapshot, shift_ms: int = 0
+        cls,
+        policy: QueuePolicy,
+        snapshot: recovery.QueueSnapshot,
+        shift_ms: int = 0,
+        *,
+        columns: ColumnFactory | None = None,
     ) -> QueueEngine:
         """Rebuild from a snapshot; `shift_ms` moves stored times into the new time base."""
-        engine = cls(policy)
+        engine = cls(policy, columns=columns)
         recovery.restore(engine._state, snapshot, shift_ms)
         return engine
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from amps.queue.columns import column_bytes, tail
 from amps.queue.state import QueueState
 from amps.queue.table import AVAILABLE, BARRIER, IN_RETURNED, INACTIVE, LEASED, REMOVED
 
@@ -42,10 +43,11 @@ def _check_rows(state: QueueState) -> None:
         assert state.active_count <= target or state.inactive_count == 0
         if state.inactive_count:
             assert state.active_count == target
-            first_inactive = table.state.find(INACTIVE)
+            states = column_bytes(table.state)
+            first_inactive = states.find(INACTIVE)
             assert state.activation_slot <= first_inactive
-            tail = table.state[first_inactive:]
-            assert all(s in (INACTIVE, REMOVED) for s in tail), "inactive rows are the tail"
+            rest = states[first_inactive:]
+            assert all(s in (INACTIVE, REMOVED) for s in rest), "inactive rows are the tail"
 
 
 def _check_subscriptions(state: QueueState) -> None:
@@ -86,7 +88,7 @@ def _check_levels(state: QueueState) -> None:
     for priority, level in state.levels.items():
         assert level.fresh_live == fresh_live[priority]
         assert level.returned_live == returned_live[priority]
-        listed = [t for t in level.fresh[level.head :] if state.valid_fresh(t)]
+        listed = [t for t in tail(level.fresh, level.head) if state.valid_fresh(t)]
         assert len(listed) == level.fresh_live
         assert len({t for t in level.returned if state.valid_returned(t)}) == level.returned_live
 

@@ -18,17 +18,29 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable
 
+from amps.queue.columns import Column, ColumnFactory, memory_columns, tail
+
 COMPACT_MIN_GARBAGE = 1024
 
 
 class Level:
     """Fresh and returned messages of one priority."""
 
-    __slots__ = ("cursors", "fresh", "fresh_live", "head", "priority", "returned", "returned_live")
+    __slots__ = (
+        "columns",
+        "cursors",
+        "fresh",
+        "fresh_live",
+        "head",
+        "priority",
+        "returned",
+        "returned_live",
+    )
 
-    def __init__(self, priority: int) -> None:
+    def __init__(self, priority: int, columns: ColumnFactory = memory_columns) -> None:
         self.priority = priority
-        self.fresh = array("q")
+        self.columns = columns
+        self.fresh: Column = columns("q")
         self.head = 0
         self.fresh_live = 0  # valid entries in fresh[head:]
         self.returned: list[int] = []
@@ -100,7 +112,8 @@ class Level:
         """Squeeze garbage out once it outnumbers live entries (amortised O(1))."""
         garbage = len(self.fresh) - self.head - self.fresh_live
         if garbage > COMPACT_MIN_GARBAGE and garbage > self.fresh_live:
-            self.fresh = array("q", [t for t in self.fresh[self.head :] if valid_fresh(t)])
+            kept = array("q", filter(valid_fresh, tail(self.fresh, self.head)))
+            self.fresh = self.columns("q", kept)
             self.head = 0
         if len(self.returned) > COMPACT_MIN_GARBAGE and len(self.returned) > 2 * self.returned_live:
             self.returned = sorted({t for t in self.returned if valid_returned(t)})
@@ -110,5 +123,5 @@ class Level:
         self.cursors.pop(sub_index, None)
 
 
-def _after(fresh: array[int]) -> int:
+def _after(fresh: Column) -> int:
     return fresh[-1] + 1 if fresh else 0

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from amps.queue.columns import ColumnFactory
 
 Semantics = Literal["at-least-once", "at-most-once"]
 Fairness = Literal["fast", "round-robin", "proportional"]
@@ -35,6 +37,9 @@ class QueuePolicy:
     deferred_ack_expiration_ms: int = DAY_MS
     has_priority: bool = False
     has_barrier: bool = False
+    columns: ColumnFactory | None = field(default=None, compare=False, repr=False)
+    """Where the per-message structures live (FileBackedMetadata, Q17): None keeps them in
+    memory; the adapter injects a file-backed factory. Not a setting the engine interprets."""
 
     def __post_init__(self) -> None:
         _positive("lease_period_ms", self.lease_period_ms)

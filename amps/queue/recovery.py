@@ -14,12 +14,26 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import compress, islice, repeat
+from operator import le, lt
 
 from amps.queue.actions import Action, RemovalReason
+from amps.queue.bookmarks import BookmarkIndex, PublisherRun
+from amps.queue.bulk import add_constant
+from amps.queue.columns import Column, as_array, column_bytes, tail
 from amps.queue.events import MessageRemoved
 from amps.queue.state import QueueState
-from amps.queue.table import BARRIER, NO_EXPIRY, REMOVED
+from amps.queue.table import (
+    AVAILABLE,
+    BARRIER,
+    INACTIVE,
+    LIVE_MASK,
+    NO_EXPIRY,
+    OUT_OF_ORDER_EXPIRY,
+    REMOVED,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +50,17 @@ class QueueSnapshot:
     expire_at_ms: array[int]
     deferred_acks: tuple[tuple[int, int, int], ...]
     """(publisher_id, seq, expires_at_ms)."""
+    hints: int = 0
+    """What the taker knew about the columns (HINT_*), so restore need not check it row by
+    row; 0 (an older snapshot) makes restore verify everything itself."""
+
+
+HINT_SEQS_IN_ORDER = 1
+"""Each publisher's seqs increase in txid order (no out-of-order bookmark entry)."""
+HINT_EXPIRIES_IN_ORDER = 2
+"""No message's expiry is earlier than an older message's (no out-of-order expiry)."""
+HINT_EXPIRY_DERIVED = 4
+"""Every expiry is timestamp + the queue Expiration (or none without one)."""
 
 
 def on_message_removed(
@@ -59,56 +84,267 @@ def on_message_removed(
 
 
 def snapshot(state: QueueState) -> QueueSnapshot:
-    """Export the live messages; O(live messages)."""
+    """Export the live messages; O(live messages), whole columns at a time (no call per row)."""
     table = state.table
-    txids, publishers, seqs = array("q"), array("Q"), array("Q")
-    stamps, priorities, expiries = array("q"), array("Q"), array("q")
-    barriers = bytearray()
-    for txid, publisher_id, seq in state.bookmarks.items():
-        slot = table.slot_of(txid)
-        if slot < 0 or table.state[slot] == REMOVED:
-            continue
-        txids.append(txid)
-        publishers.append(publisher_id)
-        seqs.append(seq)
-        stamps.append(table.timestamp_ms[slot])
-        priorities.append(0 if table.priority is None else table.priority[slot])
-        barriers.append(1 if table.flags[slot] & BARRIER else 0)
-        expiries.append(state.expire_at_ms(slot))
+    head = table.head
+    count = table.live_count
+    if table.removed_count == head:  # no holes after the head: the columns' tails as they are
+        keep = None
+    else:
+        keep = column_bytes(table.state, head).translate(LIVE_MASK)
+
+    def pick(column: Column, typecode: str) -> array[int]:
+        rows = as_array(column, typecode, head)  # one buffer copy
+        return rows if keep is None else array(typecode, compress(rows, keep))
+
+    txids = pick(table.txid, "q")
+    stamps = pick(table.timestamp_ms, "q")
+    assert len(txids) == count
+    if table.priority is None:
+        priorities = array("Q", bytes(8 * count))
+    else:
+        priorities = pick(table.priority, "Q")
+    flags = pick(table.flags, "B").tobytes()
+    barriers = flags.translate(_BARRIER_MASK)
+    hints = 0
+    if 1 not in flags.translate(_OUT_OF_ORDER_MASK):
+        hints |= HINT_EXPIRIES_IN_ORDER
+    if table.expire_at_ms is not None:
+        expiries = pick(table.expire_at_ms, "q")
+    else:
+        hints |= HINT_EXPIRY_DERIVED
+        if state.policy.expiration_ms is None:
+            expiries = array("q", [NO_EXPIRY]) * count
+        else:
+            expiries = add_constant(stamps, state.policy.expiration_ms)
+    table_txids = as_array(table.txid, "q", head) if keep is not None else txids
+    publishers, seqs, indexed = _bookmarks_of(state.bookmarks, txids, table_txids, keep)
+    if indexed is not None:  # a duplicate bookmark hid a row (never in a sane log): drop it
+        txids, stamps, priorities, expiries = (
+            array(c.typecode, compress(c, indexed)) for c in (txids, stamps, priorities, expiries)
+        )
+        barriers = bytes(compress(barriers, indexed))
+    if not state.bookmarks.export()[1]:
+        hints |= HINT_SEQS_IN_ORDER
     deferred = tuple(sorted((p, s, at) for (p, s), at in state.deferred.items()))
     return QueueSnapshot(
-        state.last_txid, txids, publishers, seqs, stamps, priorities, bytes(barriers),
-        expiries, deferred,
+        state.last_txid, txids, publishers, seqs, stamps, priorities, barriers, expiries,
+        deferred, hints,
     )  # fmt: skip
 
 
+def _bookmarks_of(
+    bookmarks: BookmarkIndex, txids: array[int], table_txids: array[int], keep: bytes | None
+) -> tuple[array[int], array[int], bytes | None]:
+    """The (publisher ids, seqs) of `txids` (increasing) as columns, and None, or a mask of
+    the txids indexed if some are not (then the columns cover only those). `txids` are the
+    rows of `table_txids` that `keep` selects (all of them without `keep`)."""
+    count = len(txids)
+    runs, unordered = bookmarks.export()
+    if not count:
+        return array("Q"), array("Q"), None
+    if len(runs) == 1 and not unordered:  # the usual case: one publisher per queue
+        ((publisher_id, run),) = runs.items()
+        start = bisect_left(run.txids, txids[0])
+        run_txids = as_array(run.txids, "q", start)
+        if run_txids == txids:  # nothing acked in between since the index's last compaction
+            seqs = as_array(run.seqs, "Q", start)
+        elif keep is not None and run_txids == table_txids:  # the table's rows, holes and all
+            seqs = array("Q", compress(as_array(run.seqs, "Q", start), keep))
+        else:
+            live = set(txids)
+            mask = bytes(map(live.__contains__, run_txids))
+            seqs = array("Q", compress(tail(run.seqs, start), mask))
+        assert len(seqs) == count, "every live message is indexed once"
+        return array("Q", [publisher_id]) * count, seqs, None
+    seq_of: dict[int, int] = {}
+    publisher_of: dict[int, int] = {}
+    for publisher_id, run in runs.items():
+        seq_of.update(zip(run.txids, run.seqs, strict=True))
+        publisher_of.update(zip(run.txids, repeat(publisher_id)))
+    for (publisher_id, seq), txid in unordered.items():
+        seq_of[txid] = seq
+        publisher_of[txid] = publisher_id
+    indexed: bytes | None = None
+    if len(seq_of) < count or not all(map(seq_of.__contains__, txids)):
+        indexed = bytes(map(seq_of.__contains__, txids))
+        txids = array("q", compress(txids, indexed))
+    publishers = array("Q", map(publisher_of.__getitem__, txids))
+    return publishers, array("Q", map(seq_of.__getitem__, txids)), indexed
+
+
 def restore(state: QueueState, snap: QueueSnapshot, shift_ms: int) -> None:
-    """Load a snapshot into an empty engine state."""
+    """Load a snapshot into an empty engine state, whole columns at a time.
+
+    The result equals inserting each message in txid order (`QueueState.insert`), which the
+    unit tests check against that reference; only out-of-order cases (a publisher's seqs not
+    increasing, expiries not increasing, many priorities) take a loop over their rows.
+    """
     assert state.last_txid < 0
     assert len(state.table) == 0
-    uniform = _expiry_is_uniform(state, snap)
-    for i, txid in enumerate(snap.txids):
-        expire_at_ms = snap.expire_at_ms[i]
-        state.insert(
-            txid,
-            snap.publisher_ids[i],
-            snap.seqs[i],
-            snap.timestamps_ms[i] + shift_ms,
-            snap.priorities[i],
-            bool(snap.barrier_flags[i]),
-            expire_at_ms if expire_at_ms == NO_EXPIRY else expire_at_ms + shift_ms,
-            own_expiry=not uniform,
-        )
+    count = len(snap.txids)
+    policy = state.policy
+    table = state.table
+    columns = state.columns
+    txids = snap.txids
+    base = policy.expiration_ms
+    uniform = bool(snap.hints & HINT_EXPIRY_DERIVED) or _expiry_is_uniform(base, snap)
+    stamps = _shifted(snap.timestamps_ms, shift_ms)
+    if uniform:  # derived from the (shifted) timestamps, never stored
+        expiries = None if base is None else add_constant(stamps, base)
+    else:
+        expiries = _shifted(snap.expire_at_ms, shift_ms)
+    target = policy.target_queue_depth
+    active = count if target is None else min(count, target)
+    # -- the table
+    table.txid = columns("q", txids)
+    table.timestamp_ms = columns("q", stamps)
+    state_bytes = bytes([AVAILABLE]) * active + bytes([INACTIVE]) * (count - active)
+    table.state = columns("B", state_bytes)
+    flags = bytearray(bytes(snap.barrier_flags).translate(_BARRIER_FLAG))
+    table.delivery_count = columns("H", bytes(2 * count))
+    table.cancel_count = columns("H", bytes(2 * count))
+    table.lease_sub = columns("i", array("i", [-1]) * count)
+    if table.priority is not None:
+        table.priority = columns("Q", snap.priorities)
+    if not uniform:
+        assert expiries is not None
+        table.expire_at_ms = columns("q", expiries)
+    table.base = txids[0] if count else 0
+    # -- expiry order (as `_track_expiry` would have found it, message by message)
+    if expiries is not None:
+        in_order = bool(snap.hints & HINT_EXPIRIES_IN_ORDER)
+        _track_expiries(state, txids, expiries, flags, in_order=in_order)
+    table.flags = columns("B", flags)
+    # -- counts, barriers, levels, bookmarks
+    state.counters.entered_total += count
+    state.active_count = active
+    state.inactive_count = count - active
+    state.activation_slot = active
+    if snap.barrier_flags.count(0) != count:
+        state.barriers.extend(compress(txids, snap.barrier_flags))
+    _fill_levels(state, txids, snap.priorities, active)
+    _fill_bookmarks(state, snap)
+    if count:
+        state.last_txid = txids[-1]
     state.last_txid = max(state.last_txid, snap.high_water_txid)
     for publisher_id, seq, expires_at_ms in snap.deferred_acks:
         state.deferred[(publisher_id, seq)] = expires_at_ms + shift_ms
         heapq.heappush(state.deferred_heap, (expires_at_ms + shift_ms, publisher_id, seq))
 
 
-def _expiry_is_uniform(state: QueueState, snap: QueueSnapshot) -> bool:
+def _shifted(times: array[int], shift_ms: int) -> array[int]:
+    """Times moved by `shift_ms`; NO_EXPIRY stays NO_EXPIRY."""
+    if not shift_ms:
+        return times
+    if NO_EXPIRY not in times:
+        return add_constant(times, shift_ms)
+    return array("q", [t if t == NO_EXPIRY else t + shift_ms for t in times])
+
+
+def _expiry_is_uniform(base: int | None, snap: QueueSnapshot) -> bool:
     """True when every expiry follows from the queue Expiration (no per-message column)."""
-    base = state.policy.expiration_ms
-    for stamp, at in zip(snap.timestamps_ms, snap.expire_at_ms, strict=True):
-        if at != (NO_EXPIRY if base is None else stamp + base):
-            return False
-    return True
+    if base is None:
+        return snap.expire_at_ms.count(NO_EXPIRY) == len(snap.expire_at_ms)
+    if NO_EXPIRY in snap.expire_at_ms:
+        return False
+    return add_constant(snap.timestamps_ms, base) == snap.expire_at_ms
+
+
+def _track_expiries(
+    state: QueueState,
+    txids: array[int],
+    expiries: array[int],
+    flags: bytearray,
+    *,
+    in_order: bool,
+) -> None:
+    """Mark messages whose expiry is earlier than an older one's (the sweep skips them)."""
+    count = len(expiries)
+    if in_order or all(map(le, expiries, islice(expiries, 1, None))):
+        last = count - 1
+        while last >= 0 and expiries[last] == NO_EXPIRY:
+            last -= 1
+        if last >= 0:
+            state.expiry_max_seen_ms = max(state.expiry_max_seen_ms, expiries[last])
+        return
+    max_seen = state.expiry_max_seen_ms
+    heap = state.expiry_heap
+    for slot, expire_at_ms in enumerate(expiries):
+        if expire_at_ms == NO_EXPIRY:
+            continue
+        if expire_at_ms < max_seen:
+            flags[slot] |= OUT_OF_ORDER_EXPIRY
+            heap.append((expire_at_ms, txids[slot]))
+        else:
+            max_seen = expire_at_ms
+    heapq.heapify(heap)
+    state.expiry_max_seen_ms = max_seen
+
+
+def _fill_levels(state: QueueState, txids: array[int], priorities: array[int], active: int) -> None:
+    """The first `active` messages join their level's fresh list, in txid order."""
+    if state.table.priority is None:
+        level = state.level0
+        level.fresh = state.columns("q", txids if active == len(txids) else txids[:active])
+        level.fresh_live = active
+        return
+    distinct = sorted(set(priorities))
+    for priority in distinct:
+        state.level_for(priority)
+    if len(distinct) == 1:
+        groups = {distinct[0]: txids[:active]}
+    elif len(distinct) <= _BULK_LEVELS:  # one C-level pass per level
+        groups = {p: array("q", compress(txids, map(p.__eq__, priorities))) for p in distinct}
+    else:
+        lists: dict[int, list[int]] = {p: [] for p in distinct}
+        for txid, priority in zip(txids, priorities, strict=True):
+            lists[priority].append(txid)
+        groups = {p: array("q", t) for p, t in lists.items()}
+    for priority, fresh in groups.items():
+        level = state.levels[priority]
+        level.fresh = state.columns("q", fresh)
+        level.fresh_live = len(fresh)
+
+
+def _fill_bookmarks(state: QueueState, snap: QueueSnapshot) -> None:
+    """Per-publisher runs of increasing seqs, as `BookmarkIndex.add` would have built them."""
+    index = state.bookmarks
+    publishers, seqs, txids = snap.publisher_ids, snap.seqs, snap.txids
+    if not txids:
+        return
+    if publishers.count(publishers[0]) == len(publishers):
+        distinct = {publishers[0]}
+    else:
+        distinct = set(publishers)
+    if len(distinct) > _BULK_PUBLISHERS:
+        for publisher_id, seq, txid in zip(publishers, seqs, txids, strict=True):
+            index.add(publisher_id, seq, txid)
+        return
+    runs: dict[int, PublisherRun] = {}
+    max_seq: dict[int, int] = {}
+    for publisher_id in sorted(distinct):
+        if len(distinct) == 1:
+            run_seqs, run_txids = seqs, txids
+        else:
+            mask = bytes(map(publisher_id.__eq__, publishers))
+            run_seqs = array("Q", compress(seqs, mask))
+            run_txids = array("q", compress(txids, mask))
+        in_order = snap.hints & HINT_SEQS_IN_ORDER
+        if not in_order and not all(map(lt, run_seqs, islice(run_seqs, 1, None))):
+            break  # a seq out of order (should not happen): the general path below
+        runs[publisher_id] = index.new_run(run_seqs, run_txids)
+        max_seq[publisher_id] = run_seqs[-1]
+    else:
+        index.load(runs, {}, max_seq)
+        return
+    for publisher_id, seq, txid in zip(publishers, seqs, txids, strict=True):
+        index.add(publisher_id, seq, txid)
+
+
+_BULK_LEVELS = 16
+_BULK_PUBLISHERS = 64
+# flags byte -> 1 if BARRIER is set, and snapshot barrier byte -> BARRIER flag
+_BARRIER_MASK = bytes(1 if b & BARRIER else 0 for b in range(256))
+_BARRIER_FLAG = bytes(BARRIER if b else 0 for b in range(256))
+_OUT_OF_ORDER_MASK = bytes(1 if b & OUT_OF_ORDER_EXPIRY else 0 for b in range(256))

@@ -13,8 +13,10 @@ from array import array
 
 from amps.queue.recovery import QueueSnapshot
 
-MAGIC = b"AQS1"
+MAGIC = b"AQS2"  # AQS1 plus the snapshot's hints (a u32 after the header)
+MAGIC_V1 = b"AQS1"  # still read: hints 0, so restore checks the columns itself
 _HEADER = struct.Struct("<4sqqqI")  # magic, high_water_txid, taken_mono_ms, taken_wall_us, count
+_HINTS = struct.Struct("<I")
 _DEFERRED = struct.Struct("<QQq")
 
 
@@ -48,6 +50,7 @@ def encode_snapshot(snap: QueueSnapshot, taken_mono_ms: int, taken_wall_us: int)
     count = len(snap.txids)
     parts = [
         _HEADER.pack(MAGIC, snap.high_water_txid, taken_mono_ms, taken_wall_us, count),
+        _HINTS.pack(snap.hints),
         _column(snap.txids, "q"),
         _column(snap.publisher_ids, "Q"),
         _column(snap.seqs, "Q"),
@@ -66,10 +69,16 @@ def decode_snapshot(data: bytes) -> tuple[QueueSnapshot, int, int]:
     if len(data) < _HEADER.size:
         raise SnapshotFormatError("snapshot is truncated")
     magic, high_water, mono_ms, wall_us, count = _HEADER.unpack_from(data, 0)
-    if magic != MAGIC:
+    if magic not in (MAGIC, MAGIC_V1):
         raise SnapshotFormatError("not a queue snapshot")
     view = memoryview(data)
     offset = _HEADER.size
+    hints = 0
+    if magic == MAGIC:
+        if offset + _HINTS.size > len(data):
+            raise SnapshotFormatError("snapshot is truncated")
+        (hints,) = _HINTS.unpack_from(data, offset)
+        offset += _HINTS.size
     txids, offset = _read_column(view, offset, count, "q")
     publishers, offset = _read_column(view, offset, count, "Q")
     seqs, offset = _read_column(view, offset, count, "Q")
@@ -88,6 +97,7 @@ def decode_snapshot(data: bytes) -> tuple[QueueSnapshot, int, int]:
         _DEFERRED.unpack_from(data, offset + i * _DEFERRED.size) for i in range(deferred_count)
     )
     snap = QueueSnapshot(
-        high_water, txids, publishers, seqs, stamps, priorities, barriers, expiries, deferred
-    )
+        high_water, txids, publishers, seqs, stamps, priorities, barriers, expiries, deferred,
+        hints,
+    )  # fmt: skip
     return snap, mono_ms, wall_us

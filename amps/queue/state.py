@@ -22,6 +22,7 @@ from amps.queue.actions import (
     RemovalReason,
 )
 from amps.queue.bookmarks import BookmarkIndex
+from amps.queue.columns import ColumnFactory, memory_columns
 from amps.queue.levels import Level
 from amps.queue.policy import QueuePolicy
 from amps.queue.statistics import Counters
@@ -43,11 +44,12 @@ NO_LIMIT = (1 << 63) - 1
 class QueueState:
     """Data of one queue engine plus the shared low-level transitions."""
 
-    def __init__(self, policy: QueuePolicy) -> None:
+    def __init__(self, policy: QueuePolicy, columns: ColumnFactory = memory_columns) -> None:
         self.policy = policy
-        self.table = MessageTable(has_priority=policy.has_priority)
-        self.bookmarks = BookmarkIndex()
-        self.level0 = Level(0)
+        self.columns = columns  # where per-message structures live (Q17)
+        self.table = MessageTable(has_priority=policy.has_priority, columns=columns)
+        self.bookmarks = BookmarkIndex(columns)
+        self.level0 = Level(0, columns)
         self.levels: dict[int, Level] = {0: self.level0}
         self.level_order: list[int] = [0]  # priorities, highest first
         self.subs: list[Subscription | None] = []
@@ -146,7 +148,7 @@ class QueueState:
         """The level of a priority, created on first use (A2)."""
         level = self.levels.get(priority)
         if level is None:
-            level = self.levels[priority] = Level(priority)
+            level = self.levels[priority] = Level(priority, self.columns)
             self.level_order.append(priority)
             self.level_order.sort(reverse=True)
         return level

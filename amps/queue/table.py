@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from itertools import compress
+
+from amps.queue.columns import Column, ColumnFactory, column_bytes, memory_columns, tail
 
 AVAILABLE = 0
 LEASED = 1
@@ -26,21 +29,25 @@ NO_EXPIRY = (1 << 63) - 1
 COUNT_MAX = 65_535
 COMPACT_MIN_HOLES = 1024
 
+# state byte -> 1 when the row is live (not REMOVED), for compress()
+LIVE_MASK = bytes(0 if b == REMOVED else 1 for b in range(256))
+
 
 class MessageTable:
     """Parallel columns; one row per message still tracked (REMOVED rows until compaction)."""
 
-    def __init__(self, *, has_priority: bool) -> None:
-        self.txid = array("q")
-        self.timestamp_ms = array("q")
-        self.state = bytearray()
-        self.flags = bytearray()
-        self.delivery_count = array("H")
-        self.cancel_count = array("H")
-        self.lease_sub = array("i")  # subscription index while LEASED, else -1
-        self.priority: array[int] | None = array("Q") if has_priority else None
+    def __init__(self, *, has_priority: bool, columns: ColumnFactory = memory_columns) -> None:
+        self.columns = columns
+        self.txid = columns("q")
+        self.timestamp_ms = columns("q")
+        self.state = columns("B")
+        self.flags = columns("B")
+        self.delivery_count = columns("H")
+        self.cancel_count = columns("H")
+        self.lease_sub = columns("i")  # subscription index while LEASED, else -1
+        self.priority: Column | None = columns("Q") if has_priority else None
         # Allocated on the first message with its own expiration; else derived from the policy.
-        self.expire_at_ms: array[int] | None = None
+        self.expire_at_ms: Column | None = None
         self.head = 0  # every slot before head is REMOVED
         self.removed_count = 0  # REMOVED rows still present
         self.base = 0  # txid of slot 0: slot_of tries `txid - base` before bisecting
@@ -71,14 +78,14 @@ class MessageTable:
             self.expire_at_ms.append(NO_EXPIRY)
         return len(self.txid) - 1
 
-    def ensure_expiry_column(self, derived: int | None) -> array[int]:
+    def ensure_expiry_column(self, derived: int | None) -> Column:
         """Create the per-message expiry column, filled from the queue Expiration (or none)."""
         if self.expire_at_ms is None:
-            column = array("q", [NO_EXPIRY]) * len(self.txid)
-            if derived is not None:
-                for slot, stamp in enumerate(self.timestamp_ms):
-                    column[slot] = stamp + derived
-            self.expire_at_ms = column
+            if derived is None:
+                initial = array("q", [NO_EXPIRY]) * len(self.txid)
+            else:
+                initial = array("q", map(derived.__add__, self.timestamp_ms))
+            self.expire_at_ms = self.columns("q", initial)
         return self.expire_at_ms
 
     def slot_of(self, txid: int) -> int:
@@ -114,37 +121,31 @@ class MessageTable:
 
     def compact(self) -> None:
         """Drop every REMOVED row; O(rows). Slots of live rows change."""
-        keep = [slot for slot in range(self.head, len(self.state)) if self.state[slot] != REMOVED]
-        self.txid = _pick(self.txid, keep)
-        self.timestamp_ms = _pick(self.timestamp_ms, keep)
-        self.state = bytearray(self.state[slot] for slot in keep)
-        self.flags = bytearray(self.flags[slot] for slot in keep)
-        self.delivery_count = _pick(self.delivery_count, keep)
-        self.cancel_count = _pick(self.cancel_count, keep)
-        self.lease_sub = _pick(self.lease_sub, keep)
+        head = self.head
+        keep = column_bytes(self.state, head).translate(LIVE_MASK)
+        pick = self._pick
+        self.txid = pick(self.txid, "q", head, keep)
+        self.timestamp_ms = pick(self.timestamp_ms, "q", head, keep)
+        self.state = pick(self.state, "B", head, keep)
+        self.flags = pick(self.flags, "B", head, keep)
+        self.delivery_count = pick(self.delivery_count, "H", head, keep)
+        self.cancel_count = pick(self.cancel_count, "H", head, keep)
+        self.lease_sub = pick(self.lease_sub, "i", head, keep)
         if self.priority is not None:
-            self.priority = _pick(self.priority, keep)
+            self.priority = pick(self.priority, "Q", head, keep)
         if self.expire_at_ms is not None:
-            self.expire_at_ms = _pick(self.expire_at_ms, keep)
+            self.expire_at_ms = pick(self.expire_at_ms, "q", head, keep)
         self.head = 0
         self.removed_count = 0
         self.base = self.txid[0] if self.txid else 0
 
+    def _pick(self, column: Column, typecode: str, head: int, keep: bytes) -> Column:
+        """The rows of `column` from `head` whose `keep` byte is set, as a new column."""
+        return self.columns(typecode, array(typecode, compress(tail(column, head), keep)))
+
     def nbytes(self) -> int:
-        """Bytes held by the columns (allocated items, for the memory benchmark)."""
-        columns: list[array[int]] = [
-            self.txid,
-            self.timestamp_ms,
-            self.delivery_count,
-            self.cancel_count,
-            self.lease_sub,
-        ]
-        if self.priority is not None:
-            columns.append(self.priority)
-        if self.expire_at_ms is not None:
-            columns.append(self.expire_at_ms)
-        return sum(c.itemsize * len(c) for c in columns) + len(self.state) + len(self.flags)
-
-
-def _pick(column: array[int], slots: list[int]) -> array[int]:
-    return array(column.typecode, [column[slot] for slot in slots])
+        """Bytes held by the columns (items in use, for the memory benchmark)."""
+        per_row = 8 + 8 + 1 + 1 + 2 + 2 + 4
+        per_row += 8 if self.priority is not None else 0
+        per_row += 8 if self.expire_at_ms is not None else 0
+        return per_row * len(self.txid)
