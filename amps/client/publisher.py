@@ -69,6 +69,8 @@ class Publisher:
 
     def on_logon(self, conn: Connection, logon_seq: int) -> None:
         """Discard what the instance holds and republish the rest, in order, on `conn` (D3)."""
+        # What the instance already holds was persisted, though its ack was lost with the link.
+        self.persisted_count += self.store.on_persisted(logon_seq)
         for entry in self.store.on_logon(logon_seq):
             conn.send_publish(entry.topic, entry.data, entry.seq)
             if entry.seq <= self._sent_seq:

@@ -1,0 +1,59 @@
+"""`amps publish` from stdin rides out a SIGKILL and restart of the instance (issue 2, L3, L4)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import orjson
+
+from amps.client import Client
+from tests.harness.instance import InstanceProcess, config_xml
+
+TOTAL = 20_000
+TIMEOUT_S = 120
+
+
+async def test_cli_publish_survives_a_restart_and_exits_zero(tmp_path: Path) -> None:
+    instance = InstanceProcess(tmp_path / "amps", config_xml(journal_size="4MB")).start()
+    try:
+        publisher = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "amps", "publish", "--server", instance.address,
+            "--topic", "cli-restart", "--client-name", "cli-restart",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert publisher.stdin is not None
+        lines = b"".join(orjson.dumps({"id": i}) + b"\n" for i in range(1, TOTAL + 1))
+        half = len(lines) // 2
+        publisher.stdin.write(lines[:half])
+        await publisher.stdin.drain()
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(instance.kill)
+        try:
+            publisher.stdin.write(lines[half:])
+            await publisher.stdin.drain()
+            publisher.stdin.close()
+        except ConnectionError:
+            pass  # the publisher ended early: its exit status and message say why, below
+        await asyncio.to_thread(instance.restart)
+        _, stderr = await asyncio.wait_for(publisher.communicate(), TIMEOUT_S)
+        assert publisher.returncode == 0, stderr.decode()
+
+        ids: list[int] = []
+        async with Client("cli-restart-check") as reader:
+            await reader.connect(instance.address)
+            subscription = await reader.subscribe("cli-restart", bookmark="epoch")
+
+            async def take() -> None:
+                async for message in subscription:
+                    ids.append(message.json()["id"])
+                    if len(ids) >= TOTAL:
+                        return
+
+            await asyncio.wait_for(take(), TIMEOUT_S)
+        assert ids == list(range(1, TOTAL + 1))
+        assert f"{TOTAL} persisted" in stderr.decode()
+    finally:
+        instance.kill()
