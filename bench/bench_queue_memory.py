@@ -8,8 +8,12 @@ Run: ``.venv/bin/python -m bench.bench_queue_memory [--messages N]``."""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
 from amps.queue import Acked, Deliver, MessagePublished, QueueEngine, QueuePolicy, Subscribed
 from amps.queue.snapshot_codec import decode_snapshot, encode_snapshot
@@ -117,10 +121,50 @@ def measure_snapshot(count: int) -> None:
     )
 
 
+def rss_bytes() -> int:
+    """This process's resident set (VmRSS: anonymous memory plus file pages mapped in)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def rss_child(count: int, file_backed: bool) -> None:
+    """In a fresh process: RSS growth per queued message (FileBackedMetadata or in memory)."""
+    from amps.server.file_columns import FileColumnFactory
+
+    with tempfile.TemporaryDirectory() as directory:
+        factory = FileColumnFactory(Path(directory) / "q.meta") if file_backed else None
+        policy = QueuePolicy(lease_period_ms=30_000, expiration_ms=3_600_000)
+        before = rss_bytes()
+        engine = QueueEngine(policy, columns=factory)
+        for first in range(1, count + 1, 1000):
+            last = min(first + 1000, count + 1)
+            engine.handle_many([MessagePublished(t, 7, t, 0) for t in range(first, last)], 0)
+        if factory is not None:
+            factory.page_out()  # what an idle queue's pages do; the data stays in the file
+        after = rss_bytes()
+        label = "FileBackedMetadata" if file_backed else "in memory"
+        print(f"resident ({label}): {(after - before) / count:.1f} bytes/message (RSS delta)")
+        assert engine.deliverable(1) == [1]
+
+
+def measure_rss(count: int) -> None:
+    for flag in ("--rss-memory", "--rss-file"):
+        command = [sys.executable, "-m", "bench.bench_queue_memory", flag, "--messages", str(count)]
+        subprocess.run(command, check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--rss-memory", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rss-file", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rss_memory or args.rss_file:
+        rss_child(args.messages, args.rss_file)
+        return
+    measure_rss(args.messages)
     measure_snapshot(args.messages)
     measure_memory(args.messages)
     measure_throughput(args.messages)

@@ -109,7 +109,16 @@ class QueueDriver:
         self.config = config
         self.name = config.name
         self.instance = instance
-        self.engine = QueueEngine(policy_for(config))
+        policy = policy_for(config)
+        if config.file_backed_metadata:  # Q17: per-message columns in <journal>/queues/
+            from dataclasses import replace
+
+            from amps.server.file_columns import FileColumnFactory
+
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name)
+            path = instance.journal.directory / "queues" / f"{safe}.meta"
+            policy = replace(policy, columns=FileColumnFactory(path))
+        self.engine = QueueEngine(policy)
         self.filter: Filter | None = (
             compile_filter(config.filter, ExprKind.QUEUE_FILTER) if config.filter else None
         )
