@@ -300,6 +300,9 @@ class QueueManager:
         taken: list[tuple[QueueDriver, int, bytes | None, int]] = []
         for driver in self.drivers.values():
             if not driver.dirty and not final:
+                if driver.file_columns is not None:
+                    # Q17: an idle file-backed queue lets its pages leave memory.
+                    driver.file_columns.page_out()
                 continue
             driver.dirty = False
             snapshot_bytes = None

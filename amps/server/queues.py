@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from amps import errors
@@ -40,6 +41,7 @@ from amps.queue import (
     Unsubscribed,
 )
 from amps.queue.subscriptions import effective_backlog
+from amps.server.file_columns import FileColumnFactory
 
 if TYPE_CHECKING:
     from amps.server.instance import Instance
@@ -110,14 +112,14 @@ class QueueDriver:
         self.name = config.name
         self.instance = instance
         policy = policy_for(config)
-        if config.file_backed_metadata:  # Q17: per-message columns in <journal>/queues/
-            from dataclasses import replace
-
-            from amps.server.file_columns import FileColumnFactory
-
+        # Q17: per-message columns in a memory-mapped file under <journal>/queues/.
+        self.file_columns: FileColumnFactory | None = None
+        if config.file_backed_metadata:
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name)
-            path = instance.journal.directory / "queues" / f"{safe}.meta"
-            policy = replace(policy, columns=FileColumnFactory(path))
+            self.file_columns = FileColumnFactory(
+                instance.journal.directory / "queues" / f"{safe}.meta"
+            )
+            policy = replace(policy, columns=self.file_columns)
         self.engine = QueueEngine(policy)
         self.filter: Filter | None = (
             compile_filter(config.filter, ExprKind.QUEUE_FILTER) if config.filter else None
