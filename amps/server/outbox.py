@@ -1,8 +1,9 @@
 """Per-connection outgoing buffer: messages are batched into frames (many per gRPC message).
 
 The buffer holds *frame entries*: encoded ServerMessages already wrapped as one element of
-`ServerFrame.messages` (see `amps.server.wire`). A frame is the concatenation of entries, sent
-by the gRPC method as bytes: no protobuf object per message on the way out.
+`ServerFrame.messages` (see `amps.server.wire`), or *chunks* of many entries joined by the
+producer (replay). A frame is the concatenation of entries and chunks, sent by the gRPC method
+as bytes: no protobuf object per message on the way out.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ class Outbox:
 
     def __init__(self) -> None:
         self._entries: list[bytes] = []
+        # Messages in each item of _entries, kept only while a chunk is queued (else all 1).
+        self._counts: list[int] = []
+        self._queued = 0
         self._ready = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
@@ -30,15 +34,19 @@ class Outbox:
         self.sent_messages = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """Messages queued."""
+        return self._queued
 
     def put(self, entry: bytes) -> None:
         """Queue one frame entry (`wire.entry(...)`); it leaves with the next frame."""
         if self.closed:
             return
         self._entries.append(entry)
+        if self._counts:
+            self._counts.append(1)
+        self._queued += 1
         self._ready.set()
-        if len(self._entries) > DRAIN_LOW_WATER_MESSAGES:
+        if self._queued > DRAIN_LOW_WATER_MESSAGES:
             self._drained.clear()
 
     def put_many(self, entries: list[bytes]) -> None:
@@ -46,8 +54,25 @@ class Outbox:
         if self.closed or not entries:
             return
         self._entries.extend(entries)
+        if self._counts:
+            self._counts.extend([1] * len(entries))
+        self._queued += len(entries)
         self._ready.set()
-        if len(self._entries) > DRAIN_LOW_WATER_MESSAGES:
+        if self._queued > DRAIN_LOW_WATER_MESSAGES:
+            self._drained.clear()
+
+    def put_chunk(self, chunk: bytes, count: int) -> None:
+        """Queue `count` frame entries already joined into one bytes (at most a frame's worth:
+        MAX_FRAME_MESSAGES, and well under MAX_FRAME_BYTES); a chunk is never split."""
+        if self.closed or not count:
+            return
+        if not self._counts:
+            self._counts = [1] * len(self._entries)
+        self._entries.append(chunk)
+        self._counts.append(count)
+        self._queued += count
+        self._ready.set()
+        if self._queued > DRAIN_LOW_WATER_MESSAGES:
             self._drained.clear()
 
     def close(self, reason: tuple[int, str] | None = None) -> None:
@@ -63,25 +88,41 @@ class Outbox:
 
     def _take_frame(self) -> bytes:
         entries = self._entries
-        batch = entries[:MAX_FRAME_MESSAGES]
-        count = len(batch)
-        if sum(map(len, batch)) > MAX_FRAME_BYTES:
-            count = 0
-            total = 0
-            for entry in batch:
+        counts = self._counts
+        if counts:
+            items = messages = total = 0
+            for count, entry in zip(counts, entries, strict=False):
                 size = len(entry)
-                if count and total + size > MAX_FRAME_BYTES:
+                if items and (
+                    messages + count > MAX_FRAME_MESSAGES or total + size > MAX_FRAME_BYTES
+                ):
                     break
-                count += 1
+                items += 1
+                messages += count
                 total += size
-            batch = batch[:count]
-        del entries[:count]
-        if len(entries) <= DRAIN_LOW_WATER_MESSAGES:
+            del counts[:items]
+            if all(count == 1 for count in counts):
+                counts.clear()
+        else:
+            items = messages = min(len(entries), MAX_FRAME_MESSAGES)
+            if sum(map(len, entries[:items])) > MAX_FRAME_BYTES:
+                items = total = 0
+                for entry in entries[:messages]:
+                    size = len(entry)
+                    if items and total + size > MAX_FRAME_BYTES:
+                        break
+                    items += 1
+                    total += size
+                messages = items
+        batch = entries[:items]
+        del entries[:items]
+        self._queued -= messages
+        if self._queued <= DRAIN_LOW_WATER_MESSAGES:
             self._drained.set()
         if not entries:
             self._ready.clear()
-        self.sent_messages += count
-        return b"".join(batch)
+        self.sent_messages += messages
+        return b"".join(batch)  # one chunk: the same bytes, not a copy
 
     async def frames(self) -> AsyncIterator[bytes]:
         """Yield encoded ServerFrames until closed and empty."""

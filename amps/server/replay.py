@@ -1,8 +1,9 @@
 """Bookmark replay (L7): read the journal from a start point, then hand over to live delivery.
 
-The hot loop reads publishes as raw fields (`amps.log.raw`, no record objects) and encodes each
-delivery straight into a frame entry (`amps.server.wire.DeliveryEncoder`, topic and sub_id
-encoded once per topic). Only a subscription with a content filter builds a record per message.
+The hot loop reads publishes as raw fields (`amps.log.raw`, no record objects) and encodes the
+deliveries straight into chunks of frame entries (`amps.server.wire.DeliveryEncoder`, topic and
+sub_id encoded once per topic; one join per chunk, so each message's data is copied once before
+gRPC). Only a subscription with a content filter builds a record per message.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from amps.log import codec
 from amps.log.raw import RawReader
 from amps.server.convert import success_ack
+from amps.server.outbox import MAX_FRAME_MESSAGES
 from amps.server.wire import DeliveryEncoder
 
 if TYPE_CHECKING:
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("amps.replay")
 
 READ_BATCH_RECORDS = 2_000
+# Deliveries are joined into chunks of this many (at most a frame's worth) or about this size.
+CHUNK_MESSAGES = MAX_FRAME_MESSAGES
+CHUNK_BYTES = 1 << 20
 
 
 async def replay(instance: Instance, subscription: Subscription, start_txid: int) -> None:
@@ -61,8 +66,8 @@ async def _replay(
             position = limit + 1
             continue
         position = reached
-        entries: list[bytes] = []
-        append = entries.append
+        parts: list[bytes] = []
+        count = size = delivered = 0
         for txid, ts, pub, seq, expiration_s, topic, correlation_id, data in publishes:
             encoder = encoders.get(topic, unknown)
             if encoder is unknown:
@@ -77,9 +82,17 @@ async def _replay(
                 )  # fmt: skip
                 if not flt.matches(expr_message(record)):
                     continue
-            append(encoder.encode(data, pub, seq, txid, ts, correlation_id))
-        session.send_entries(entries)
-        subscription.delivered += len(entries)
+            size += encoder.encode_into(parts, data, pub, seq, txid, ts, correlation_id)
+            count += 1
+            if count >= CHUNK_MESSAGES or size >= CHUNK_BYTES:
+                session.send_chunk(b"".join(parts), count)
+                delivered += count
+                parts = []
+                count = size = 0
+        if count:
+            session.send_chunk(b"".join(parts), count)
+            delivered += count
+        subscription.delivered += delivered
         await outbox.wait_drained()
         # Let live traffic and other sessions run between batches.
         await asyncio.sleep(0)

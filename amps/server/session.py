@@ -74,6 +74,10 @@ class Session:
         """Queue encoded frame entries, in order."""
         self.outbox.put_many(entries)
 
+    def send_chunk(self, chunk: bytes, count: int) -> None:
+        """Queue `count` encoded frame entries joined into one bytes (see Outbox.put_chunk)."""
+        self.outbox.put_chunk(chunk, count)
+
     def fail(self, error: errors.AmpsError, command: pb.Command, *, seq: int = 0) -> None:
         """Answer a command with a failed ack; the connection stays up."""
         ack_type = command.ack_type.split(",")[0].strip() or "processed"

@@ -172,6 +172,18 @@ class DeliveryEncoder:
         correlation_id: bytes,
     ) -> bytes:  # fmt: skip
         """One frame entry: ServerMessage(delivery=Delivery(topic, data, bookmark, ...))."""
+        parts: list[bytes] = []
+        self.encode_into(parts, data, publisher_id, seq, txid, timestamp_us, correlation_id)
+        return b"".join(parts)
+
+    def encode_into(
+        self, parts: list[bytes], data: bytes, publisher_id: int, seq: int, txid: int,
+        timestamp_us: int, correlation_id: bytes,
+    ) -> int:  # fmt: skip
+        """Append the pieces of one frame entry to `parts`; returns the entry's size in bytes.
+
+        Joining the pieces of many entries at once (replay) copies each message's data once.
+        """
         prefix = self._publishers.get(publisher_id)
         if prefix is None:
             prefix = self._publishers[publisher_id] = b"%d|" % publisher_id
@@ -180,16 +192,16 @@ class DeliveryEncoder:
         bm = len(prefix) + len(seq_part)
         data_key = _DATA_KEYS[n] if n < 16384 else _DATA + varint(n)
         bm_key = _BOOKMARK_KEYS[bm] if bm < 256 else _BOOKMARK + varint(bm)
-        # [0] and [1] become the entry's header once the size is known.
-        parts = [b"", b"", self._topic, data_key, data, bm_key, prefix, seq_part, self._subs]
         size = self._size + len(data_key) + n + len(bm_key) + bm
         if txid:
+            txid_key = _TXID
             txid_value = _SMALL[txid] if txid < 16384 else varint(txid)
-            parts += (_TXID, txid_value)
             size += 1 + len(txid_value)
+        else:
+            txid_key = txid_value = b""
         if 1 << 42 <= timestamp_us < 1 << 56:  # microseconds since 1970: the usual case
             high = _SMALL[timestamp_us >> 42]
-            parts += (
+            tail: tuple[bytes, ...] = (
                 _TIMESTAMP,
                 _MORE[timestamp_us & _M14],
                 _MORE[(timestamp_us >> 14) & _M14],
@@ -199,19 +211,23 @@ class DeliveryEncoder:
             size += 7 + len(high)
         elif timestamp_us:
             ts_value = varint(timestamp_us)
-            parts += (_TIMESTAMP, ts_value)
+            tail = (_TIMESTAMP, ts_value)
             size += 1 + len(ts_value)
+        else:
+            tail = ()
         if correlation_id:
             corr_size = varint(len(correlation_id))
-            parts += (_CORRELATION, corr_size, correlation_id)
+            tail += (_CORRELATION, corr_size, correlation_id)
             size += 1 + len(corr_size) + len(correlation_id)
         message_header = _DELIVERY + (_SMALL[size] if size < 16384 else varint(size))
-        message_size = size + len(message_header)
-        parts[0] = _FRAME_MESSAGE + (
-            _SMALL[message_size] if message_size < 16384 else varint(message_size)
-        )
-        parts[1] = message_header
-        return b"".join(parts)
+        size += len(message_header)
+        entry_header = _FRAME_MESSAGE + (_SMALL[size] if size < 16384 else varint(size))
+        parts += (
+            entry_header, message_header, self._topic, data_key, data, bm_key, prefix, seq_part,
+            self._subs, txid_key, txid_value,
+        )  # fmt: skip
+        parts += tail
+        return size + len(entry_header)
 
 
 _ENCODERS_MAX = 4096

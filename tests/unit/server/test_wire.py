@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -121,14 +120,3 @@ async def test_outbox_frames_are_server_frames_within_limits() -> None:
     assert messages[0].WhichOneof("body") == "heartbeat"
     assert [m.delivery.txid for m in messages[1:]] == list(range(1, 1_201))
     assert outbox.sent_messages == 1_201
-
-
-async def test_outbox_splits_frames_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    import amps.server.outbox as outbox_module
-
-    monkeypatch.setattr(outbox_module, "MAX_FRAME_BYTES", 10_000)
-    outbox = Outbox()
-    outbox.put_many([wire.delivery_entry(data=b"y" * 4_000, txid=i + 1) for i in range(5)])
-    outbox.close()
-    sizes = [len(pb.ServerFrame.FromString(f).messages) async for f in outbox.frames()]
-    assert sizes == [2, 2, 1]

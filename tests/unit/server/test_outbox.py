@@ -1,0 +1,80 @@
+"""Outbox frames: entries and replay chunks come out as ServerFrames, in order, within limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from amps.server import wire
+from amps.server.outbox import DRAIN_LOW_WATER_MESSAGES, MAX_FRAME_MESSAGES, Outbox
+from amps.v1 import client_pb2 as pb
+
+
+def _chunk(first: int, count: int, size: int = 10) -> bytes:
+    encoder = wire.DeliveryEncoder(b"t", ["s"])
+    parts: list[bytes] = []
+    total = 0
+    for txid in range(first, first + count):
+        total += encoder.encode_into(parts, b"d" * size, 7, txid, txid, 1_700_000_000_000_000, b"")
+    chunk = b"".join(parts)
+    assert total == len(chunk)
+    return chunk
+
+
+async def _drain(outbox: Outbox) -> list[pb.ServerFrame]:
+    outbox.close()
+    return [pb.ServerFrame.FromString(frame) async for frame in outbox.frames()]
+
+
+async def test_chunks_and_entries_keep_their_order() -> None:
+    outbox = Outbox()
+    beat = wire.message_entry(pb.ServerMessage(heartbeat=pb.Heartbeat(options="beat")))
+    outbox.put(beat)
+    outbox.put_chunk(_chunk(1, 300), 300)
+    outbox.put_many([wire.delivery_entry(txid=301), wire.delivery_entry(txid=302)])
+    outbox.put_chunk(_chunk(303, MAX_FRAME_MESSAGES), MAX_FRAME_MESSAGES)
+    outbox.put(beat)
+    assert len(outbox) == 1 + 300 + 2 + MAX_FRAME_MESSAGES + 1
+    frames = await _drain(outbox)
+    assert all(len(frame.messages) <= MAX_FRAME_MESSAGES for frame in frames)
+    messages = [m for frame in frames for m in frame.messages]
+    kinds = [m.WhichOneof("body") for m in messages]
+    assert kinds[0] == kinds[-1] == "heartbeat"
+    txids = [m.delivery.txid for m in messages[1:-1]]
+    assert txids == list(range(1, 303 + MAX_FRAME_MESSAGES))
+    assert outbox.sent_messages == len(messages)
+    delivery = messages[1].delivery
+    assert (delivery.topic, list(delivery.sub_ids), delivery.bookmark) == ("t", ["s"], "7|1|")
+
+
+async def test_entries_after_chunks_are_batched_again() -> None:
+    outbox = Outbox()
+    outbox.put_chunk(_chunk(1, 10), 10)
+    outbox.put_many([wire.delivery_entry(txid=11 + i) for i in range(MAX_FRAME_MESSAGES + 5)])
+    frames = await _drain(outbox)
+    assert [len(f.messages) for f in frames] == [MAX_FRAME_MESSAGES, 15]
+
+
+async def test_frames_split_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import amps.server.outbox as outbox_module
+
+    monkeypatch.setattr(outbox_module, "MAX_FRAME_BYTES", 10_000)
+    outbox = Outbox()
+    outbox.put_many([wire.delivery_entry(data=b"y" * 4_000, txid=i + 1) for i in range(3)])
+    outbox.put_chunk(_chunk(4, 2, 4_000), 2)
+    outbox.put(wire.delivery_entry(data=b"y" * 4_000, txid=6))
+    sizes = [len(f.messages) for f in await _drain(outbox)]
+    assert sizes == [2, 1, 2, 1]
+
+
+async def test_replay_pacing_counts_messages_in_chunks() -> None:
+    outbox = Outbox()
+    outbox.put_chunk(_chunk(1, 400), 400)
+    assert outbox._drained.is_set()
+    for i in range(DRAIN_LOW_WATER_MESSAGES // 400):
+        outbox.put_chunk(_chunk(401 + 400 * i, 400), 400)
+    assert not outbox._drained.is_set()
+    frames = outbox.frames()
+    await anext(frames)
+    assert outbox._drained.is_set()
+    outbox.close()
+    assert len([frame async for frame in frames]) == DRAIN_LOW_WATER_MESSAGES // 400
