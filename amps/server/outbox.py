@@ -16,6 +16,11 @@ MAX_FRAME_MESSAGES = 500
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 # A replay pauses while this many messages wait to be sent; live traffic is never paused.
 DRAIN_LOW_WATER_MESSAGES = 2_000
+# A client that falls this far behind live traffic is disconnected (AMPS slow-client limits):
+# its queue leases return at once and it can resume from a bookmark, instead of the instance
+# buffering without bound.
+MAX_QUEUED_MESSAGES = 250_000
+SLOW_CONSUMER_STATUS = 8  # grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 class Outbox:
@@ -48,6 +53,15 @@ class Outbox:
         self._ready.set()
         if self._queued > DRAIN_LOW_WATER_MESSAGES:
             self._drained.clear()
+            if self._queued > MAX_QUEUED_MESSAGES:
+                self._disconnect_slow_consumer()
+
+    def _disconnect_slow_consumer(self) -> None:
+        queued = self._queued
+        self._entries.clear()
+        self._counts.clear()
+        self._queued = 0
+        self.close((SLOW_CONSUMER_STATUS, f"slow consumer: {queued} messages waiting to be sent"))
 
     def put_many(self, entries: list[bytes]) -> None:
         """Queue several frame entries, in order."""
@@ -60,6 +74,8 @@ class Outbox:
         self._ready.set()
         if self._queued > DRAIN_LOW_WATER_MESSAGES:
             self._drained.clear()
+            if self._queued > MAX_QUEUED_MESSAGES:
+                self._disconnect_slow_consumer()
 
     def put_chunk(self, chunk: bytes, count: int) -> None:
         """Queue `count` frame entries already joined into one bytes (at most a frame's worth:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from amps.server import outbox as outbox_module
 from amps.server import wire
 from amps.server.outbox import DRAIN_LOW_WATER_MESSAGES, MAX_FRAME_MESSAGES, Outbox
 from amps.v1 import client_pb2 as pb
@@ -78,3 +79,18 @@ async def test_replay_pacing_counts_messages_in_chunks() -> None:
     assert outbox._drained.is_set()
     outbox.close()
     assert len([frame async for frame in frames]) == DRAIN_LOW_WATER_MESSAGES // 400
+
+
+async def test_a_client_too_far_behind_is_disconnected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live traffic is never paused; past the limit the stream ends with a readable reason."""
+    monkeypatch.setattr(outbox_module, "MAX_QUEUED_MESSAGES", 10)
+    box = Outbox()
+    for _ in range(10):
+        box.put(b"x")
+    assert not box.closed
+    box.put(b"x")
+    assert box.closed
+    assert len(box) == 0
+    assert box.close_reason is not None
+    assert box.close_reason[1].startswith("slow consumer")
+    assert [frame async for frame in box.frames()] == []
