@@ -53,8 +53,8 @@ class Outbox:
         self._ready.set()
         if self._queued > DRAIN_LOW_WATER_MESSAGES:
             self._drained.clear()
-            if self._queued > MAX_QUEUED_MESSAGES:
-                self._disconnect_slow_consumer()
+        if self._queued > MAX_QUEUED_MESSAGES:
+            self._disconnect_slow_consumer()
 
     def _disconnect_slow_consumer(self) -> None:
         queued = self._queued
@@ -74,8 +74,8 @@ class Outbox:
         self._ready.set()
         if self._queued > DRAIN_LOW_WATER_MESSAGES:
             self._drained.clear()
-            if self._queued > MAX_QUEUED_MESSAGES:
-                self._disconnect_slow_consumer()
+        if self._queued > MAX_QUEUED_MESSAGES:
+            self._disconnect_slow_consumer()
 
     def put_chunk(self, chunk: bytes, count: int) -> None:
         """Queue `count` frame entries already joined into one bytes (at most a frame's worth:
