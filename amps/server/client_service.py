@@ -15,7 +15,7 @@ from amps.server.instance import Instance, now_us
 from amps.server.replay import replay
 from amps.server.session import Session
 from amps.server.subscriptions import Subscription
-from amps.server.topics import topic_matcher
+from amps.server.topics import is_regex, topic_matcher
 from amps.v1 import client_pb2 as pb
 from amps.v1 import client_pb2_grpc
 
@@ -134,6 +134,10 @@ class ClientService(client_pb2_grpc.AmpsServicer):
         compiled = self.instance.compile_filter(request.filter) if request.filter else None
         start_txid = None
         if request.bookmark:
+            if not is_regex(topic) and not self.instance.records_topic(topic):
+                raise errors.InvalidTopic(
+                    f"topic {topic!r} is not recorded in the transaction log: nothing to replay"
+                )
             text = BOOKMARK_ALIASES.get(request.bookmark.strip().lower(), request.bookmark)
             start_txid = self.instance.journal.find_start(parse_bookmark_spec(text))
         if sub_id in session.subscriptions:

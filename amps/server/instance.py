@@ -73,6 +73,7 @@ class Instance:
         self._committer: asyncio.Task[None] | None = None
         self.version = __version__
         self.records = RecordCache(journal)
+        self._recorded: dict[str, bool] = {}
         self._durable_callbacks: list[tuple[int, Callable[[], None]]] = []
         self._next_client_number = 0
         self._loop = asyncio.get_running_loop()
@@ -167,9 +168,12 @@ class Instance:
         topic = publish.topic
         validate_topic_name(topic)
         topic = self.queues.publish_target(topic)
+        own_seq = publish.seq
+        if not self.records_topic(topic):
+            self._publish_unrecorded(session, topic, data, own_seq, now_us, publish)
+            return own_seq
         journal = self.journal
         marks = journal.marks
-        own_seq = publish.seq
         if own_seq:
             publisher_id, seq = session.publisher_id, own_seq
         else:
@@ -186,6 +190,41 @@ class Instance:
         )
         self._count_publish(topic, size)
         return own_seq
+
+    def records_topic(self, topic: str) -> bool:
+        """Whether the transaction log records this topic (its `Topic` entries)."""
+        recorded = self._recorded.get(topic)
+        if recorded is None:
+            txlog = self.config.transaction_log
+            recorded = txlog is not None and txlog.records_topic(topic)
+            if len(self._recorded) > 100_000:
+                self._recorded.clear()
+            self._recorded[topic] = recorded
+        return recorded
+
+    def _publish_unrecorded(
+        self,
+        session: Session,
+        topic: str,
+        data: bytes,
+        own_seq: int,
+        now_us: int,
+        publish: pb.Publish,
+    ) -> None:
+        """A topic the log does not record: live subscribers only, nothing to replay (as AMPS)."""
+        publisher_id = session.publisher_id if own_seq else 0
+        record = PublishRecord(
+            txid=0,
+            timestamp_us=now_us,
+            topic=topic,
+            data=data,
+            publisher_id=publisher_id,
+            seq=own_seq,
+            correlation_id=publish.correlation_id,
+            expiration_s=publish.expiration_s,
+        )
+        self.fan_out(record)
+        self._count_publish(topic, len(data))
 
     def _count_publish(self, topic: str, size: int) -> None:
         stats = self.statistics

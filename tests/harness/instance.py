@@ -16,6 +16,18 @@ READY = re.compile(
     r"listening on (?P<host>[\d.]+):(?P<port>\d+)(?: admin http://[\d.]+:(?P<admin>\d+))?"
 )
 START_TIMEOUT_S = 30.0
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def process_env() -> dict[str, str]:
+    """The environment for an instance process: this checkout's code first on the path, so a
+    test always runs the code beside it whatever the virtualenv's install points at."""
+    path = os.environ.get("PYTHONPATH", "")
+    return dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), path])),
+    )
 
 
 def config_xml(
@@ -76,7 +88,7 @@ class InstanceProcess:
         """Start the process and wait for its ready line; raise with its output if it exits."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = process_env()
         self.output = []
         self.process = subprocess.Popen(
             [sys.executable, "-m", "amps", "server", "--config", str(self.config_path)],
@@ -119,6 +131,7 @@ class InstanceProcess:
             text=True,
             timeout=timeout_s,
             check=False,
+            env=process_env(),
         )
         return done.returncode, done.stdout + done.stderr
 

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from amps.client import Client, Message
-from tests.harness.instance import InstanceProcess, config_xml
+from tests.harness.instance import InstanceProcess, config_xml, process_env
 
 TIMEOUT_S = 30
 WORK_QUEUE = (
@@ -97,6 +97,7 @@ def amps_cli(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=TIMEOUT_S,
         check=False,
+        env=process_env(),
     )
 
 

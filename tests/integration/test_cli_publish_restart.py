@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 
 from amps.client import Client
-from tests.harness.instance import InstanceProcess, config_xml
+from tests.harness.instance import InstanceProcess, config_xml, process_env
 
 TOTAL = 20_000
 TIMEOUT_S = 120
@@ -21,7 +21,7 @@ async def test_cli_publish_survives_a_restart_and_exits_zero(tmp_path: Path) -> 
         publisher = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "amps", "publish", "--server", instance.address,
             "--topic", "cli-restart", "--client-name", "cli-restart",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=process_env(),
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert publisher.stdin is not None

@@ -13,6 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.harness.instance import process_env
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = "127.0.0.1:9007"
 AMPS = [sys.executable, "-m", "amps"]
@@ -32,7 +34,14 @@ def run(
     args: list[str], *, stdin: str | None = None, cwd: Path
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        args, input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd, check=False
+        args,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        check=False,
+        env=process_env(),
     )
 
 

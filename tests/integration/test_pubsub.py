@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from pathlib import Path
 
 import orjson
 import pytest
 
+from amps import errors
 from amps.client import Client
-from tests.harness.instance import InstanceProcess
+from tests.harness.instance import InstanceProcess, config_xml
 
 TIMEOUT_S = 30
 
@@ -152,3 +154,25 @@ async def test_duplicate_sequence_numbers_are_discarded_and_acked(
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(sub.__anext__(), 0.5)
     assert [m.json()["id"] for m in messages] == [1, 4]  # type: ignore[attr-defined]
+
+
+async def test_unrecorded_topic_is_live_only(tmp_path: Path) -> None:
+    """A topic the TransactionLog does not record reaches live subscribers and is acked, but
+    cannot be replayed (a bookmark subscription says why)."""
+    topics = "<Topic><Name>orders</Name><MessageType>json</MessageType></Topic>"
+    instance = InstanceProcess(tmp_path / "amps", config_xml(topics=topics)).start()
+    try:
+        async with Client("unrec") as client:
+            await client.connect(instance.address)
+            live = await client.subscribe("chat")
+            await client.publish("chat", b'{"hello":1}')
+            await client.publish("orders", b'{"id":1}')
+            await client.flush(timeout_s=TIMEOUT_S)
+            [message] = await collect(live, 1)
+            with pytest.raises(errors.InvalidTopic):
+                await client.subscribe("chat", bookmark="epoch")
+            replayed = await collect(await client.subscribe("orders", bookmark="epoch"), 1)
+    finally:
+        instance.kill()
+    assert message.json() == {"hello": 1}  # type: ignore[attr-defined]
+    assert replayed[0].json() == {"id": 1}  # type: ignore[attr-defined]

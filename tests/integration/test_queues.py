@@ -11,7 +11,7 @@ import pytest
 
 from amps import errors
 from amps.client import Client, Message
-from tests.harness.instance import InstanceProcess, config_xml
+from tests.harness.instance import InstanceProcess, config_xml, process_env
 
 TIMEOUT_S = 30
 
@@ -116,7 +116,7 @@ async def test_leases_of_a_killed_consumer_return_at_once(queue_instance: Instan
     consumer = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "amps", "subscribe", "--server", queue_instance.address,
         "--topic", "work", "--max-backlog", "10",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, env=process_env(), stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
         assert consumer.stdout is not None
