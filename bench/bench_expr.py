@@ -2,29 +2,21 @@
 
 Run with `.venv/bin/python -m bench.bench_expr`. Prints figures; asserts nothing.
 
-When pysimdjson is importable (it is not a dependency), two more rows measure the lazy-parse
-alternative that was evaluated and not adopted (docs/reference/expressions.md, "Parse backend"):
-the same hand-written predicate over simdjson proxies, with simdjson's first-key-wins lookup, and
-with the duplicate-key check that keeping orjson's last-key-wins answer would need.
+The compiled filter over bytes parses with the engine's backend (pysimdjson lazy proxies, first
+key wins; docs/reference/expressions.md, "Parse backend"). Further rows give the standard-library
+backend the engine uses without pysimdjson or for bodies simdjson refuses, and the hand-written
+predicate over orjson and over simdjson proxies for comparison.
 """
 
 from __future__ import annotations
 
-import importlib
 import random
 import time
 from collections.abc import Callable, Mapping
-from types import ModuleType
 
 import orjson
 
-from amps.expr import Message, compile_filter
-
-simdjson: ModuleType | None
-try:
-    simdjson = importlib.import_module("simdjson")
-except ImportError:  # optional: only for the evaluation rows
-    simdjson = None
+from amps.expr import Message, compile_filter, jsondoc
 
 FILTER = (
     "/price > 100 AND /qty >= 100 AND /side = 'buy' AND /region IN ('NYC','LDN') "
@@ -58,22 +50,6 @@ def make_document(rng: random.Random) -> bytes:
     for index in range(24):
         doc[f"field_{index:02d}"] = "".join(rng.choice("abcdefghij") for _ in range(24))
     return orjson.dumps(doc)
-
-
-def simdjson_lazy(payload: bytes) -> Mapping[str, object]:
-    """A fresh parser per document: a parser cannot be reused while proxies from it live."""
-    assert simdjson is not None
-    doc: Mapping[str, object] = simdjson.Parser().parse(payload)
-    return doc
-
-
-def simdjson_checked(payload: bytes) -> Mapping[str, object]:
-    """As `simdjson_lazy`, but a top-level object with a duplicate key goes to orjson (last key
-    wins, as today). Listing the keys is the only way pysimdjson 7 offers to see duplicates."""
-    doc = simdjson_lazy(payload)
-    if len(set(doc)) != len(doc):
-        return dict(orjson.loads(payload))
-    return doc
 
 
 def best_rates(runs: list[Callable[[], object]], count: int) -> list[float]:
@@ -123,25 +99,34 @@ def main() -> None:
         f"{compiled_bytes / hand_bytes:>8.2f}"
     )
     print(f"{'orjson.loads alone (docs/s)':32}{parse_only:>14,.0f}")
-    if simdjson is None:
-        print("pysimdjson not installed: evaluation rows skipped")
+    print(f"backend: {jsondoc.backend()}")
+    if not jsondoc.AVAILABLE:
+        print("pysimdjson not installed: backend rows skipped")
         return
-    # Measured again beside the orjson hand lambda so that the ratios share the same noise.
-    orjson_hand, first_wins, checked = best_rates(
+    # Measured side by side so that the ratios share the same noise.
+    lazy, lazy_parse, hand_lazy, hand_orjson = best_rates(
         [
+            lambda: [matches(Message(p)) for p in payloads],
+            lambda: [jsondoc.parse_document(p) is None for p in payloads],
+            lambda: [hand_written(jsondoc.parse_document(p)) for p in payloads],
             lambda: [hand_written(orjson.loads(p)) for p in payloads],
-            lambda: [hand_written(simdjson_lazy(p)) for p in payloads],
-            lambda: [hand_written(simdjson_checked(p)) for p in payloads],
         ],
         DOCUMENTS,
     )
-    print("pysimdjson, evaluated and not adopted (hand lambda including parse, evals/s):")
+    jsondoc.use_simdjson(False)
+    try:
+        (fallback,) = best_rates([lambda: [matches(Message(p)) for p in payloads]], DOCUMENTS)
+    finally:
+        jsondoc.use_simdjson(True)
+    print("including the parse, relative to the hand lambda over orjson.loads (evals/s):")
     for name, rate in [
-        ("  orjson.loads (today)", orjson_hand),
-        ("  simdjson, first key wins", first_wins),
-        ("  simdjson + duplicate check", checked),
+        ("  hand lambda, orjson.loads", hand_orjson),
+        ("  hand lambda, simdjson proxies", hand_lazy),
+        ("  compiled, simdjson (default)", lazy),
+        ("  compiled, stdlib fallback", fallback),
     ]:
-        print(f"{name:32}{rate:>14,.0f}{'':14}{rate / orjson_hand:>8.2f}")
+        print(f"{name:32}{rate:>14,.0f}{'':14}{rate / hand_orjson:>8.2f}")
+    print(f"{'simdjson parse alone (docs/s)':32}{lazy_parse:>14,.0f}")
 
 
 if __name__ == "__main__":

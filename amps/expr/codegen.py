@@ -17,6 +17,7 @@ from functools import partial
 from amps.errors import FilterSyntaxError
 from amps.expr import nodes as n
 from amps.expr import runtime, values
+from amps.expr.jsondoc import Array
 from amps.expr.message import EvalContext
 from amps.expr.paths import read_path
 from amps.expr.regex import compile_pattern
@@ -56,6 +57,9 @@ _BASE_NAMESPACE: dict[str, object] = {
     "_pkey": runtime.priority_key,
     "_prank": runtime.priority_rank,
     "_CTX": EvalContext(),
+    # Raw field values may be simdjson proxies (jsondoc): an Array is an array value too.
+    "_ARR": Array,
+    "_SEQ": frozenset({list, Array}),
     "__builtins__": {
         "type": type,
         "int": int,
@@ -216,8 +220,8 @@ class _Generator:
             guard = f"({t} := type({v} := {self.get(name)})) is int or {t} is float"
             return f"({test} if {guard} else {slow})"
         if op == "=":
-            # Only an equal str (or a list holding one) can equal a non-numeric string literal.
-            return f"(({v} := {self.get(name)}) == {k} or (type({v}) is list and {slow}))"
+            # Only an equal str (or an array holding one) can equal a non-numeric string literal.
+            return f"(({v} := {self.get(name)}) == {k} or (type({v}) in _SEQ and {slow}))"
         test = _TEXT_TEMPLATES[op].format(v=v, k=k)
         return f"({test} if type({v} := {self.get(name)}) is str else {slow})"
 
@@ -247,11 +251,16 @@ class _Generator:
         listed = tuple(m.value for m in node.members if isinstance(m, n.Literal))
         self.uses_doc = True
         members_set, members_tuple = self.const(frozenset(listed)), self.const(listed)
-        # A str is found exactly; a list is unhashable and raises; nothing else can match.
-        attempt = f"d[{name!r}] in {members_set}"
+        # A str is found exactly; a list is unhashable and raises; a simdjson Array is hashable
+        # (never found in the set), so it is read as an array here; nothing else can match.
+        v = self.temp()
+        attempt = (
+            f"({v} := d[{name!r}]) in {members_set}"
+            f" or (type({v}) is _ARR and _in(_n({v}), {members_tuple}))"
+        )
         fallback = f"_in(_n(d.get({name!r})), {members_tuple})"
         if node.negated:
-            return f"not {attempt}", f"not {fallback}"
+            return f"not ({attempt})", f"not {fallback}"
         return attempt, fallback
 
     def statements(self, root: n.Node) -> list[str]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
+
+from amps.expr.jsondoc import parse_document, to_python
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,19 +22,6 @@ class EvalContext:
 
 
 _EMPTY: dict[str, object] = {}
-
-
-def parse_document(data: bytes) -> dict[str, object]:
-    """Parse JSON bytes once; anything that is not a JSON object reads as an empty document."""
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        try:
-            # orjson refuses some valid JSON (integers beyond 64 bits, nesting past 1024 levels).
-            doc = json.loads(data)
-        except (ValueError, RecursionError, TypeError):
-            return _EMPTY
-    return doc if type(doc) is dict else _EMPTY
 
 
 class Message:
@@ -62,7 +51,8 @@ class Message:
         lease_count: int | None = None,
         last_leased_us: int | None = None,
     ) -> None:
-        self._doc: dict[str, object] | None = None  # read directly by generated code
+        # A dict or a simdjson Object (jsondoc.parse_document); read directly by generated code.
+        self._doc: Any = None
         self.data = data
         self.topic = topic
         self.bookmark = bookmark
@@ -81,11 +71,17 @@ class Message:
 
     @property
     def doc(self) -> dict[str, object]:
-        """The parsed top-level JSON object (empty when the body is not a JSON object)."""
-        return self.document()
+        """The whole top-level JSON object as Python values (empty when the body is not a JSON
+        object); the first occurrence of a duplicated key wins, as everywhere."""
+        doc = self.document()
+        if type(doc) is not dict:
+            # Converted once; the dict then replaces the lazy proxy (same answers, parser freed).
+            doc = self._doc = to_python(doc)
+        return doc  # type: ignore[no-any-return]
 
-    def document(self) -> dict[str, object]:
-        """Parse the body on first use, at most once."""
+    def document(self) -> Any:
+        """The document expressions read, parsed on first use, at most once: a dict, or a lazy
+        simdjson Object that converts only the fields read (see `jsondoc`)."""
         doc = self._doc
         if doc is None:
             doc = self._doc = parse_document(self.data)

@@ -7,15 +7,19 @@ the px of the second leg. Only the steps named by the expression are visited.
 
 from __future__ import annotations
 
+from typing import Any
+
+from amps.expr.jsondoc import Array, Object
 from amps.expr.lexer import PathStep
 from amps.expr.values import Value, norm
 
 
-def _expand(items: list[object], out: list[object]) -> None:
+def _expand(items: Any, out: list[object]) -> None:
     stack = [iter(items)]
     while stack:
         for item in stack[-1]:
-            if type(item) is list:
+            kind = type(item)
+            if kind is list or kind is Array:
                 stack.append(iter(item))
                 break
             out.append(item)
@@ -23,9 +27,12 @@ def _expand(items: list[object], out: list[object]) -> None:
             stack.pop()
 
 
-def read_path(doc: dict[str, object], steps: tuple[PathStep, ...]) -> Value:
-    """The value at `steps` in `doc`: NULL when absent; an array when an array was crossed."""
-    current: list[object] = [doc]
+def read_path(doc: Any, steps: tuple[PathStep, ...]) -> Value:
+    """The value at `steps` in `doc`: NULL when absent; an array when an array was crossed.
+
+    `doc` is a `dict` or a simdjson `Object` (whose lookup returns the first occurrence of a
+    duplicated key); arrays met on the way may be `list` or simdjson `Array`."""
+    current: list[Any] = [doc]
     crossed_array = False
     for step in steps:
         if step.index is not None:
@@ -37,9 +44,11 @@ def read_path(doc: dict[str, object], steps: tuple[PathStep, ...]) -> Value:
         found: list[object] = []
         name = step.name
         for node in current:
-            if type(node) is dict:
+            kind = type(node)
+            if kind is dict or kind is Object:
                 child = node.get(name, _MISSING)
-                if type(child) is list:
+                child_kind = type(child)
+                if child_kind is list or child_kind is Array:
                     _expand(child, found)
                     crossed_array = True
                 elif child is not _MISSING:

@@ -2,8 +2,9 @@
 
 A *value* is one of: ``None`` (NULL), ``bool``, ``int``, ``float`` (NaN included), a non-empty
 ``str``, or a non-empty ``list`` of those scalars (an array; NULL elements are kept as ``None``).
-Raw JSON values are turned into values by `norm`: ``""``, ``null``, objects and empty arrays are
-NULL, nested arrays are flattened. Every helper here is total: it never raises on any value.
+Raw JSON values (Python objects or simdjson proxies, see `jsondoc`) are turned into values by
+`norm`: ``""``, ``null``, objects and empty arrays are NULL, nested arrays are flattened. Every
+helper here is total: it never raises on any value.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import math
 import re
 from collections.abc import Callable, Iterator
 from typing import TypeAlias
+
+from amps.expr.jsondoc import Array
 
 Scalar: TypeAlias = bool | int | float | str
 Value: TypeAlias = Scalar | list[Scalar | None] | None
@@ -32,9 +35,9 @@ def norm(raw: object) -> Value:
         return raw or None  # type: ignore[return-value]
     if kind is int or kind is float or kind is bool:
         return raw  # type: ignore[return-value]
-    if kind is list:
+    if kind is list or kind is Array:  # a simdjson Array is converted here, at the boundary
         return _norm_list(raw)  # type: ignore[arg-type]
-    return None
+    return None  # dict, simdjson Object, anything else
 
 
 def _norm_list(raw: list[object]) -> Value:
@@ -44,7 +47,7 @@ def _norm_list(raw: list[object]) -> Value:
     while stack:
         for item in stack[-1]:
             kind = type(item)
-            if kind is list:
+            if kind is list or kind is Array:
                 stack.append(iter(item))  # type: ignore[call-overload]
                 break
             if kind is str:
