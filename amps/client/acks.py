@@ -17,6 +17,8 @@ class QueueAcker:
         self._batcher = AckBatcher(timeout_ms=timeout_ms)
         self._timer: asyncio.TimerHandle | None = None
         self.sent_count = 0
+        # granted max_backlog -> batch size (the same few values every time)
+        self._sizes: dict[int | None, int] = {}
 
     def ack(
         self,
@@ -31,11 +33,18 @@ class QueueAcker:
         if option:
             self._send(conn, [AckBatch(topic, (bookmark,))], option)
             return
-        size = ack_batch_size(self._configured_batch_size, granted_max_backlog)
-        batch = self._batcher.add(topic, bookmark, size, _now_ms())
+        size = self._sizes.get(granted_max_backlog)
+        if size is None:
+            size = ack_batch_size(self._configured_batch_size, granted_max_backlog)
+            self._sizes[granted_max_backlog] = size
+        batcher = self._batcher
+        # The clock is read only when the ack starts a new batch (its timeout starts then).
+        now_ms = 0 if batcher.has_pending(topic) else _now_ms()
+        batch = batcher.add(topic, bookmark, size, now_ms)
         if batch is not None:
             self._send(conn, [batch])
-        self._arm(conn)
+        if self._timer is None:
+            self._arm(conn)
 
     def flush(self, conn: Connection | None) -> int:
         """Send every pending batch now; return how many acks went out."""

@@ -147,6 +147,11 @@ class Subscription:
 
     async def get(self, timeout_s: float | None = None) -> Message | None:
         """The next message, or None when none arrives within `timeout_s` or the stream ended."""
+        if self._buffer:  # nothing to wait for: no timeout to arm
+            try:
+                return await self.__anext__()
+            except StopAsyncIteration:
+                return None
         try:
             async with asyncio.timeout(timeout_s):
                 return await self.__anext__()

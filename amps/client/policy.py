@@ -280,6 +280,10 @@ class AckBatcher:
             return AckBatch(topic, tuple(pending.bookmarks))
         return None
 
+    def has_pending(self, topic: str) -> bool:
+        """Whether acks wait for `topic` (then `add` does not use its `now_ms`)."""
+        return topic in self._pending
+
     def next_deadline_ms(self) -> int | None:
         """When the oldest pending batch times out, or None when nothing waits on time."""
         if not self._pending or self.timeout_ms == 0:

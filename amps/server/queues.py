@@ -42,6 +42,7 @@ from amps.queue import (
 )
 from amps.queue.subscriptions import effective_backlog
 from amps.server.file_columns import FileColumnFactory
+from amps.server.wire import QueueDeliveryEncoder
 
 if TYPE_CHECKING:
     from amps.server.instance import Instance
@@ -78,15 +79,49 @@ def policy_for(config: QueueConfig) -> QueuePolicy:
     )
 
 
+_RECORD_KEYS: dict[tuple[RemovalReason, ExpireReason], tuple[QueueAction, str]] = {}
+
+
+def _record_key(reason: RemovalReason, expire_reasons: ExpireReason) -> tuple[QueueAction, str]:
+    """The QueueRecord (action, reason text) of a removal (cached: Flag arithmetic is slow)."""
+    key = _RECORD_KEYS.get((reason, expire_reasons))
+    if key is None:
+        queue_action = REMOVAL_RECORD[reason]
+        if expire_reasons & ExpireReason.FORCED_EXPIRE:
+            queue_action = QueueAction.EXPIRE
+        text = expire_reasons.reason_text() if expire_reasons else ""
+        key = _RECORD_KEYS[(reason, expire_reasons)] = (queue_action, text)
+    return key
+
+
 def parse_ack_bookmarks(text: str) -> list[tuple[int, int]]:
-    """`pub|seq|,pub|seq|` -> [(publisher_id, seq)]; anything else is InvalidBookmark."""
-    found = []
+    """`pub|seq|,pub|seq|` -> [(publisher_id, seq)]; anything else is InvalidBookmark.
+
+    The usual `digits|digits|` item is split directly (no regex, no Bookmark object); anything
+    else goes through `Bookmark.parse`, which accepts or rejects it with its reason.
+    """
+    found: list[tuple[int, int]] = []
+    append = found.append
     for item in text.split(","):
+        parts = item.split("|")
+        if len(parts) == 3 and not parts[2]:
+            pub, seq = parts[0], parts[1]
+            if (
+                0 < len(pub) <= 19
+                and 0 < len(seq) <= 19
+                and pub.isascii()
+                and seq.isascii()
+                and pub.isdigit()
+                and seq.isdigit()
+                and pub != "0" * len(pub)
+            ):
+                append((int(pub), int(seq)))  # < 10**19 < 2**64: in range
+                continue
         item = item.strip()
         if not item:
             continue
         bookmark = LogBookmark.parse(item)
-        found.append((bookmark.publisher_id, bookmark.seq))
+        append((bookmark.publisher_id, bookmark.seq))
     if not found:
         raise errors.InvalidBookmark("no bookmark given to acknowledge")
     return found
@@ -140,6 +175,9 @@ class QueueDriver:
         # Checkpoints: whether anything changed since the last one, and when to snapshot next.
         self.dirty = True
         self.next_snapshot_at = 0.0
+        # Queue deliveries: one encoder per sub_id (topic = this queue's name, encoded once).
+        self._topic = self.name.encode()
+        self._encoders: dict[str, QueueDeliveryEncoder] = {}
 
     def restore(self, snapshot: QueueSnapshot, shift_ms: int) -> None:
         """Start from a stored snapshot (before any event was handled)."""
@@ -155,7 +193,23 @@ class QueueDriver:
         self, records: list[PublishRecord], now_ms: int, *, recovering: bool = False
     ) -> None:
         """Durable publishes (one group commit's worth) as one engine step."""
-        events = [e for e in (self._event_for(r, now_ms) for r in records) if e is not None]
+        if self.filter is None and self.priority is None and self.barrier is None:
+            # The usual queue: no expression to evaluate, one wall-clock read per step.
+            wall_us = self.instance.wall_us()
+            events = [
+                MessagePublished(
+                    txid=r.txid,
+                    publisher_id=r.publisher_id,
+                    seq=r.seq,
+                    timestamp_ms=now_ms - max(0, (wall_us - r.timestamp_us) // 1000),
+                    priority=0,
+                    is_barrier=False,
+                    expiration_ms=r.expiration_s * 1000 if r.expiration_s else None,
+                )
+                for r in records
+            ]
+        else:
+            events = [e for e in (self._event_for(r, now_ms) for r in records) if e is not None]
         if events:
             self.run(self.engine.handle_many(events, now_ms), now_ms, recovering=recovering)
 
@@ -241,11 +295,17 @@ class QueueDriver:
         else:
             pairs = parse_ack_bookmarks(bookmarks)
             marks = self.instance.journal.marks
+            # One high-water look-up per publisher (acks name few publishers, many seqs).
+            highest: dict[int, int] = {}
             for publisher_id, seq in pairs:
-                if seq > marks.high_water(publisher_id):
-                    raise errors.UnknownBookmark(
-                        f"bookmark {publisher_id}|{seq}| was never published to this instance"
-                    )
+                if seq > highest.get(publisher_id, -1):
+                    highest[publisher_id] = seq
+            if any(seq > marks.high_water(p) for p, seq in highest.items()):
+                for publisher_id, seq in pairs:  # name the first unknown one, in list order
+                    if seq > marks.high_water(publisher_id):
+                        raise errors.UnknownBookmark(
+                            f"bookmark {publisher_id}|{seq}| was never published to this instance"
+                        )
             event = Acked(session.client_id, pairs, option)
         return self.run(self.engine.handle(event, now_ms), now_ms)
 
@@ -273,8 +333,12 @@ class QueueDriver:
         return removed
 
     def _execute(self, actions: list[Action], now_ms: int, recovering: bool) -> int:
+        # Removal records of one step are grouped into one QueueRecord per (action, reason),
+        # written before any later dead-letter publish and before the step's held deliveries.
+        removals: dict[tuple[QueueAction, str], list[int]] = {}
         appended = False
         removed = 0
+        now_deliver: list[Deliver | DeliverBarrier] = []
         held: list[Deliver | DeliverBarrier] = []
         for action in actions:
             kind = type(action)
@@ -283,80 +347,121 @@ class QueueDriver:
                 if appended:
                     held.append(action)  # after the removal records are durable
                 else:
-                    self._deliver(action, now_ms)
+                    now_deliver.append(action)
             elif kind is RecordRemoval:
                 assert isinstance(action, RecordRemoval)
                 removed += 1
                 # Replaying the log: what the log already says is not written again.
                 if not recovering:
-                    self._append_removal(action)
+                    key = _record_key(action.reason, action.expire_reasons)
+                    txids = removals.get(key)
+                    if txids is None:
+                        removals[key] = [action.txid]
+                    else:
+                        txids.append(action.txid)
                     appended = True
             elif kind is PublishDeadLetter:
                 assert isinstance(action, PublishDeadLetter)
+                if removals:  # keep the journal order: removals so far, then the dead letter
+                    self._append_removals(removals)
+                    removals = {}
                 self._dead_letter(action)
+        if removals:
+            self._append_removals(removals)
+        if now_deliver:
+            self._deliver_many(now_deliver, now_ms)
         if held:
             self.instance.when_durable(lambda: self._deliver_held(held))
         return removed
 
     def _deliver_held(self, held: list[Deliver | DeliverBarrier]) -> None:
-        now_ms = self.instance.now_ms()
-        for action in held:
-            self._deliver(action, now_ms)
+        self._deliver_many(held, self.instance.now_ms())
 
-    def _append_removal(self, action: RecordRemoval) -> None:
-        queue_action = REMOVAL_RECORD[action.reason]
-        if action.expire_reasons & ExpireReason.FORCED_EXPIRE:
-            queue_action = QueueAction.EXPIRE
-        reason = action.expire_reasons.reason_text() if action.expire_reasons else ""
-        record = QueueRecord(
-            txid=0,
-            timestamp_us=self.instance.wall_us(),
-            queue=self.name,
-            action=queue_action,
-            txids=(action.txid,),
-            reason=reason,
-        )
-        self.instance.append_record(record)
+    def _append_removals(self, removals: dict[tuple[QueueAction, str], list[int]]) -> None:
+        """One QueueRecord per (action, reason) naming every txid (recovery reads them all)."""
+        timestamp_us = self.instance.wall_us()
+        for (queue_action, reason), txids in removals.items():
+            self.instance.append_record(
+                QueueRecord(
+                    txid=0,
+                    timestamp_us=timestamp_us,
+                    queue=self.name,
+                    action=queue_action,
+                    txids=tuple(txids),
+                    reason=reason,
+                )
+            )
+
+    def _deliver_many(self, actions: list[Deliver | DeliverBarrier], now_ms: int) -> None:
+        """Encode the deliveries of one step and queue them per session (one put per session)."""
+        records_get = self.instance.records.get
+        subscribers = self.subscribers
+        out: dict[Session, list[bytes]] = {}
+        wall_us = 0
+        sent = 0
+        for action in actions:
+            record = records_get(action.txid)
+            if record is None:
+                log.error("queue %s: message txid %d is not in the journal", self.name, action.txid)
+                continue
+            if type(action) is Deliver:
+                target = subscribers.get(action.sub_id)
+                if target is None:
+                    continue  # the engine learns of the disconnect next; the lease returns then
+                lease_us = 0
+                deadline_ms = action.lease_deadline_ms
+                if deadline_ms is not None:
+                    if not wall_us:
+                        wall_us = self.instance.wall_us()
+                    lease_us = wall_us + (deadline_ms - now_ms) * 1000
+                session, sub_id = target
+                entries = out.get(session)
+                if entries is None:
+                    entries = out[session] = []
+                entries.append(self._entry(sub_id, record, lease_us, action.delivery_count))
+                sent += 1
+                continue
+            assert isinstance(action, DeliverBarrier)
+            for _client_id, sub_key in action.subscriptions:
+                target = subscribers.get(sub_key)
+                if target is not None:
+                    session, sub_id = target
+                    out.setdefault(session, []).append(self._entry(sub_id, record, 0, 1))
+                    sent += 1
+        for session, entries in out.items():
+            if len(entries) == 1:
+                session.send_entry(entries[0])
+            else:
+                session.send_entries(entries)
+        self.instance.statistics.delivered += sent
 
     def _deliver(self, action: Deliver | DeliverBarrier, now_ms: int) -> None:
-        record = self.instance.records.get(action.txid)
-        if record is None:
-            log.error("queue %s: message txid %d is not in the journal", self.name, action.txid)
-            return
-        if isinstance(action, Deliver):
-            target = self.subscribers.get(action.sub_id)
-            if target is None:
-                return  # the engine learns of the disconnect next; the lease returns then
-            lease_us = 0
-            if action.lease_deadline_ms is not None:
-                lease_us = self.instance.wall_us() + (action.lease_deadline_ms - now_ms) * 1000
-            self._send(target, record, lease_us, action.delivery_count)
-            return
-        for _client_id, sub_key in action.subscriptions:
-            target = self.subscribers.get(sub_key)
-            if target is not None:
-                self._send(target, record, 0, 1)
+        self._deliver_many([action], now_ms)
+
+    def _entry(self, sub_id: str, record: PublishRecord, lease_us: int, count: int) -> bytes:
+        """The frame entry of one queue delivery (topic and sub_id encoded once per sub_id)."""
+        encoder = self._encoders.get(sub_id)
+        if encoder is None:
+            if len(self._encoders) >= 4096:
+                self._encoders.clear()
+            encoder = self._encoders[sub_id] = QueueDeliveryEncoder(self._topic, sub_id)
+        correlation_id = record.correlation_id
+        return encoder.encode(
+            record.data,
+            record.publisher_id,
+            record.seq,
+            record.txid,
+            record.timestamp_us,
+            lease_us,
+            count,
+            correlation_id.encode() if correlation_id else b"",
+        )
 
     def _send(
         self, target: tuple[Session, str], record: PublishRecord, lease_us: int, count: int
     ) -> None:
-        from amps.server.wire import delivery_entry
-
         session, sub_id = target
-        session.send_entry(
-            delivery_entry(
-                topic=self.name,
-                data=record.data,
-                bookmark=f"{record.publisher_id}|{record.seq}|",
-                sub_ids=(sub_id,),
-                txid=record.txid,
-                timestamp_us=record.timestamp_us,
-                lease_deadline_us=lease_us,
-                delivery_count=count,
-                queue=True,
-                correlation_id=record.correlation_id,
-            )
-        )
+        session.send_entry(self._entry(sub_id, record, lease_us, count))
         self.instance.statistics.delivered += 1
 
     def _dead_letter(self, action: PublishDeadLetter) -> None:

@@ -17,6 +17,7 @@ from amps.v1 import client_pb2 as pb
 
 __all__ = [
     "DeliveryEncoder",
+    "QueueDeliveryEncoder",
     "delivery_body",
     "delivery_entry",
     "encoder_for",
@@ -228,6 +229,57 @@ class DeliveryEncoder:
         )  # fmt: skip
         parts += tail
         return size + len(entry_header)
+
+
+class QueueDeliveryEncoder:
+    """Frame entries for queue deliveries of one queue to one sub_id.
+
+    Same bytes as `delivery_entry(topic=queue, sub_ids=(sub_id,), queue=True, ...)` with the
+    lease deadline and delivery count (fields 7, 8, 9); the topic and sub_id fields are encoded
+    once, the publisher part of the bookmark is cached, and the data is copied once.
+    """
+
+    __slots__ = ("_head", "_publishers", "_subs")
+
+    def __init__(self, topic: bytes, sub_id: str) -> None:
+        self._head = string_field(_TOPIC, topic)
+        self._subs = sub_ids_field((sub_id,))
+        self._publishers: dict[int, bytes] = {}
+
+    def encode(
+        self, data: bytes, publisher_id: int, seq: int, txid: int, timestamp_us: int,
+        lease_deadline_us: int, delivery_count: int, correlation_id: bytes,
+    ) -> bytes:  # fmt: skip
+        """One frame entry: ServerMessage(delivery=Delivery(..., queue=True))."""
+        prefix = self._publishers.get(publisher_id)
+        if prefix is None:
+            if len(self._publishers) >= 4096:
+                self._publishers.clear()
+            prefix = self._publishers[publisher_id] = b"%d|" % publisher_id
+        bookmark = prefix + b"%d|" % seq
+        n = len(data)
+        bm = len(bookmark)
+        tail = b"".join(
+            (
+                _BOOKMARK_KEYS[bm] if bm < 256 else _BOOKMARK + varint(bm),
+                bookmark,
+                self._subs,
+                _TXID + varint(txid) if txid else b"",
+                _TIMESTAMP + varint(timestamp_us) if timestamp_us else b"",
+                _LEASE + varint(lease_deadline_us) if lease_deadline_us else b"",
+                _COUNT + varint(delivery_count) if delivery_count else b"",
+                _QUEUE_TRUE,
+                _CORRELATION + varint(len(correlation_id)) + correlation_id
+                if correlation_id
+                else b"",
+            )
+        )
+        data_key = _DATA_KEYS[n] if n < 16384 else _DATA + varint(n)
+        size = len(self._head) + len(data_key) + n + len(tail)
+        message_header = _DELIVERY + (_SMALL[size] if size < 16384 else varint(size))
+        size += len(message_header)
+        entry_header = _FRAME_MESSAGE + (_SMALL[size] if size < 16384 else varint(size))
+        return b"".join((entry_header, message_header, self._head, data_key, data, tail))
 
 
 _ENCODERS_MAX = 4096

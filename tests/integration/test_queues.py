@@ -11,6 +11,8 @@ import pytest
 
 from amps import errors
 from amps.client import Client, Message
+from amps.log.journal import Journal
+from amps.log.records import QueueAction, QueueRecord
 from tests.harness.instance import InstanceProcess, config_xml, process_env
 
 TIMEOUT_S = 30
@@ -138,6 +140,26 @@ async def test_leases_of_a_killed_consumer_return_at_once(queue_instance: Instan
     assert elapsed < 10
 
 
+def acked_removals(directory: Path, queue: str) -> list[tuple[int, ...]]:
+    """The txids of each ACK QueueRecord of `queue` in a journal (read-only, live-safe)."""
+    log = Journal.open(directory, read_only=True)
+    found = []
+    try:
+        txid = log.first_txid
+        while batch := log.read(txid, 1000):
+            txid = batch[-1].txid + 1
+            found.extend(
+                tuple(sorted(record.txids))
+                for record in batch
+                if isinstance(record, QueueRecord)
+                and record.queue == queue
+                and record.action == QueueAction.ACK
+            )
+    finally:
+        log.close_read_only()
+    return found
+
+
 async def test_restart_keeps_unacked_and_forgets_acked(tmp_path: Path) -> None:
     """Q15, Q16: after a SIGKILL, acked messages never come back; leased and unleased ones do."""
     instance = InstanceProcess(tmp_path / "amps", config_xml(extra=WORK_QUEUE)).start()
@@ -153,6 +175,11 @@ async def test_restart_keeps_unacked_and_forgets_acked(tmp_path: Path) -> None:
             await con.flush_acks()
             # The acks are durable once a flush after them completes.
             await con.flush(timeout_s=TIMEOUT_S)
+        # Each sow_delete is one engine step: one removal record naming all its bookmarks (the
+        # client batches acks by 20 // 3 = 6 here, and flush_acks sends the other four).
+        removals = acked_removals(instance.workdir / "journal", "work")
+        txids = sorted(m.txid for m in messages[:10])
+        assert removals == [tuple(txids[:6]), tuple(txids[6:])]
         await asyncio.to_thread(instance.restart, kill=True)
         async with Client("rs-after") as after:
             await after.connect(instance.address)

@@ -94,6 +94,45 @@ def test_delivery_encoder_matches_protobuf(
         assert again == entry
 
 
+@given(
+    topic=TEXT,
+    sub_id=TEXT,
+    data=st.binary(max_size=20_000),
+    publisher_id=U64,
+    seq=U64,
+    txid=U64 | EDGES,
+    timestamp_us=I64 | EDGES,
+    lease_deadline_us=I64 | EDGES,
+    delivery_count=U32,
+    correlation_id=TEXT,
+)
+def test_queue_delivery_encoder_matches_protobuf(
+    topic: str, sub_id: str, data: bytes, publisher_id: int, seq: int, txid: int,
+    timestamp_us: int, lease_deadline_us: int, delivery_count: int, correlation_id: str,
+) -> None:  # fmt: skip
+    encoder = wire.QueueDeliveryEncoder(topic.encode(), sub_id)
+    fields: dict[str, object] = {
+        "topic": topic,
+        "data": data,
+        "bookmark": f"{publisher_id}|{seq}|",
+        "sub_ids": [sub_id],
+        "txid": txid,
+        "timestamp_us": timestamp_us,
+        "lease_deadline_us": lease_deadline_us,
+        "delivery_count": delivery_count,
+        "queue": True,
+        "correlation_id": correlation_id,
+    }
+    expected = _entry_of(pb.ServerMessage(delivery=pb.Delivery(**fields)))  # type: ignore[arg-type]
+    for _ in range(2):  # the second time from the cached publisher prefix
+        entry = encoder.encode(
+            data, publisher_id, seq, txid, timestamp_us, lease_deadline_us, delivery_count,
+            correlation_id.encode(),
+        )  # fmt: skip
+        assert entry == expected
+        assert entry == wire.delivery_entry(**fields)
+
+
 @given(st.lists(DELIVERIES, min_size=1, max_size=5))
 def test_a_frame_is_the_concatenation_of_entries(many: list[dict[str, object]]) -> None:
     messages = [pb.ServerMessage(delivery=pb.Delivery(**f)) for f in many]  # type: ignore[arg-type]
