@@ -271,6 +271,10 @@ class Client:
         self, message: Message, *, cancel: bool = False, expire: bool = False
     ) -> None:
         """Acknowledge one queue message: plain acks are batched per topic, cancel/expire not."""
+        self._ack_nowait(message, cancel=cancel, expire=expire)
+
+    def _ack_nowait(self, message: Message, *, cancel: bool = False, expire: bool = False) -> None:
+        """`ack_message` without a coroutine (it never waits): what `Message.ack` calls."""
         self._check_open()
         if self._conn is None:
             # The lease died with the stream; the instance has returned the message (Q6).

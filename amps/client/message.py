@@ -71,7 +71,10 @@ class Message:
         if not self.is_queue or self.acked or self._client is None:
             return
         self.acked = True
-        await self._client.ack_message(self, cancel=cancel, expire=expire)
+        if cancel or expire:
+            self._client._ack_nowait(self, cancel=cancel, expire=expire)
+        else:
+            self._client._ack_nowait(self)
 
     def __repr__(self) -> str:
         return f"Message(topic={self.topic!r}, bookmark={self.bookmark!r}, {len(self.data)} bytes)"

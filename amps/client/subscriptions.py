@@ -97,12 +97,20 @@ class SubscriptionRegistry:
             if results is not None:
                 results.append(self._to_message(delivery, ""))
                 return
-        for sub_id in delivery.sub_ids:
+        sub_ids = delivery.sub_ids
+        if len(sub_ids) == 1:  # the usual case (queues, one subscription): fields read once
+            sub = self._subs.get(sub_ids[0])
+            if sub is not None:
+                sub.deliver_nowait(self._to_message(delivery, sub_ids[0]))
+            return
+        for sub_id in sub_ids:
             sub = self._subs.get(sub_id)
             if sub is not None:
                 sub.deliver_nowait(self._to_message(delivery, sub_id))
 
     def _to_message(self, delivery: client_pb2.Delivery, sub_id: str) -> Message:
+        # Each protobuf field read builds a new object: read each once.
+        lease_deadline_us = delivery.lease_deadline_us
         return Message(
             self._client,
             topic=delivery.topic,
@@ -111,9 +119,9 @@ class SubscriptionRegistry:
             sub_id=sub_id,
             txid=delivery.txid,
             timestamp_us=delivery.timestamp_us,
-            lease_deadline_us=delivery.lease_deadline_us,
+            lease_deadline_us=lease_deadline_us,
             delivery_count=delivery.delivery_count,
-            is_queue=delivery.queue or delivery.lease_deadline_us > 0,
+            is_queue=delivery.queue or lease_deadline_us > 0,
         )
 
     def start_query(self, query_id: str) -> None:

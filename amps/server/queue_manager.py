@@ -121,17 +121,21 @@ class QueueManager:
 
     def sow_delete(self, session: Session, command: pb.Command) -> None:
         """Q10: acknowledge by bookmark list or by filter (exactly one of them)."""
+        # Each protobuf field read builds a new object (the bookmark list: a copy): read once.
         request = command.sow_delete
         driver = self.driver(request.topic)
-        if bool(request.bookmark) == bool(request.filter):
+        bookmarks = request.bookmark
+        filter_text = request.filter
+        if bool(bookmarks) == bool(filter_text):
             raise errors.InvalidOptions(
                 "sow_delete command only supports one of: filter, sow_keys, bookmark, or data"
             )
-        flt = compile_filter(request.filter, ExprKind.SOW_DELETE_FILTER) if request.filter else None
-        removed = driver.ack(session, request.bookmark, flt, request.options)
-        if command.ack_type:
+        flt = compile_filter(filter_text, ExprKind.SOW_DELETE_FILTER) if filter_text else None
+        removed = driver.ack(session, bookmarks, flt, request.options)
+        requested_acks = command.ack_type
+        if requested_acks:
             for ack_type in ("processed", "completed", "stats"):
-                if ack_type in command.ack_type:
+                if ack_type in requested_acks:
                     session.send(
                         success_ack(
                             cmd_id=command.cmd_id,

@@ -128,6 +128,8 @@ def parse_ack_bookmarks(text: str) -> list[tuple[int, int]]:
 
 
 def ack_option(options: str) -> AckOption:
+    if not options:
+        return AckOption.NONE  # the usual plain ack
     words = {w.strip() for w in options.split(",") if w.strip()}
     unknown = words - {"cancel", "expire"}
     if unknown or len(words) > 1:
@@ -396,6 +398,8 @@ class QueueDriver:
         """Encode the deliveries of one step and queue them per session (one put per session)."""
         records_get = self.instance.records.get
         subscribers = self.subscribers
+        # sub key -> (entries of its session, its encoder), for this step
+        targets: dict[str, tuple[list[bytes], QueueDeliveryEncoder] | None] = {}
         out: dict[Session, list[bytes]] = {}
         wall_us = 0
         sent = 0
@@ -405,64 +409,64 @@ class QueueDriver:
                 log.error("queue %s: message txid %d is not in the journal", self.name, action.txid)
                 continue
             if type(action) is Deliver:
-                target = subscribers.get(action.sub_id)
-                if target is None:
-                    continue  # the engine learns of the disconnect next; the lease returns then
+                keys: tuple[str, ...] = (action.sub_id,)
                 lease_us = 0
                 deadline_ms = action.lease_deadline_ms
                 if deadline_ms is not None:
                     if not wall_us:
                         wall_us = self.instance.wall_us()
                     lease_us = wall_us + (deadline_ms - now_ms) * 1000
-                session, sub_id = target
-                entries = out.get(session)
-                if entries is None:
-                    entries = out[session] = []
-                entries.append(self._entry(sub_id, record, lease_us, action.delivery_count))
+                count = action.delivery_count
+            else:
+                assert isinstance(action, DeliverBarrier)
+                keys = tuple(sub_key for _client_id, sub_key in action.subscriptions)
+                lease_us = 0
+                count = 1
+            correlation_id = record.correlation_id
+            for key in keys:
+                if key in targets:
+                    target = targets[key]
+                else:
+                    found = subscribers.get(key)
+                    if found is None:
+                        # A Deliver: the engine learns of the disconnect next; the lease returns.
+                        target = targets[key] = None
+                    else:
+                        session, sub_id = found
+                        entries = out.get(session)
+                        if entries is None:
+                            entries = out[session] = []
+                        target = targets[key] = (entries, self._encoder(sub_id))
+                if target is None:
+                    continue
+                target[0].append(
+                    target[1].encode(
+                        record.data,
+                        record.publisher_id,
+                        record.seq,
+                        record.txid,
+                        record.timestamp_us,
+                        lease_us,
+                        count,
+                        correlation_id.encode() if correlation_id else b"",
+                    )
+                )
                 sent += 1
-                continue
-            assert isinstance(action, DeliverBarrier)
-            for _client_id, sub_key in action.subscriptions:
-                target = subscribers.get(sub_key)
-                if target is not None:
-                    session, sub_id = target
-                    out.setdefault(session, []).append(self._entry(sub_id, record, 0, 1))
-                    sent += 1
         for session, entries in out.items():
             if len(entries) == 1:
                 session.send_entry(entries[0])
-            else:
+            elif entries:
                 session.send_entries(entries)
         self.instance.statistics.delivered += sent
 
-    def _deliver(self, action: Deliver | DeliverBarrier, now_ms: int) -> None:
-        self._deliver_many([action], now_ms)
-
-    def _entry(self, sub_id: str, record: PublishRecord, lease_us: int, count: int) -> bytes:
-        """The frame entry of one queue delivery (topic and sub_id encoded once per sub_id)."""
+    def _encoder(self, sub_id: str) -> QueueDeliveryEncoder:
+        """The delivery encoder of a sub_id (topic = this queue's name, encoded once)."""
         encoder = self._encoders.get(sub_id)
         if encoder is None:
             if len(self._encoders) >= 4096:
                 self._encoders.clear()
             encoder = self._encoders[sub_id] = QueueDeliveryEncoder(self._topic, sub_id)
-        correlation_id = record.correlation_id
-        return encoder.encode(
-            record.data,
-            record.publisher_id,
-            record.seq,
-            record.txid,
-            record.timestamp_us,
-            lease_us,
-            count,
-            correlation_id.encode() if correlation_id else b"",
-        )
-
-    def _send(
-        self, target: tuple[Session, str], record: PublishRecord, lease_us: int, count: int
-    ) -> None:
-        session, sub_id = target
-        session.send_entry(self._entry(sub_id, record, lease_us, count))
-        self.instance.statistics.delivered += 1
+        return encoder
 
     def _dead_letter(self, action: PublishDeadLetter) -> None:
         record = self.instance.records.get(action.txid)

@@ -236,15 +236,19 @@ class QueueDeliveryEncoder:
 
     Same bytes as `delivery_entry(topic=queue, sub_ids=(sub_id,), queue=True, ...)` with the
     lease deadline and delivery count (fields 7, 8, 9); the topic and sub_id fields are encoded
-    once, the publisher part of the bookmark is cached, and the data is copied once.
+    once, the publisher part of the bookmark is cached, the lease field of the last deadline is
+    reused (one engine step leases many messages until the same deadline), and the data is
+    copied once.
     """
 
-    __slots__ = ("_head", "_publishers", "_subs")
+    __slots__ = ("_head_subs", "_head_topic", "_lease", "_lease_field", "_publishers")
 
     def __init__(self, topic: bytes, sub_id: str) -> None:
-        self._head = string_field(_TOPIC, topic)
-        self._subs = sub_ids_field((sub_id,))
+        self._head_topic = string_field(_TOPIC, topic)
+        self._head_subs = sub_ids_field((sub_id,))
         self._publishers: dict[int, bytes] = {}
+        self._lease = 0
+        self._lease_field = b""
 
     def encode(
         self, data: bytes, publisher_id: int, seq: int, txid: int, timestamp_us: int,
@@ -257,29 +261,35 @@ class QueueDeliveryEncoder:
                 self._publishers.clear()
             prefix = self._publishers[publisher_id] = b"%d|" % publisher_id
         bookmark = prefix + b"%d|" % seq
+        if lease_deadline_us != self._lease:
+            self._lease = lease_deadline_us
+            self._lease_field = _LEASE + varint(lease_deadline_us) if lease_deadline_us else b""
         n = len(data)
         bm = len(bookmark)
+        # Fields in number order: topic (1), data (2), bookmark (3), sub_ids (4), txid (5),
+        # timestamp_us (6), lease (7), count (8), queue (9), correlation_id (10).
         tail = b"".join(
             (
                 _BOOKMARK_KEYS[bm] if bm < 256 else _BOOKMARK + varint(bm),
                 bookmark,
-                self._subs,
-                _TXID + varint(txid) if txid else b"",
+                self._head_subs,
+                (_TXID + _SMALL[txid] if txid < 16384 else _TXID + varint(txid)) if txid else b"",
                 _TIMESTAMP + varint(timestamp_us) if timestamp_us else b"",
-                _LEASE + varint(lease_deadline_us) if lease_deadline_us else b"",
-                _COUNT + varint(delivery_count) if delivery_count else b"",
+                self._lease_field,
+                (_COUNT + _SMALL[delivery_count] if delivery_count < 16384
+                 else _COUNT + varint(delivery_count)) if delivery_count else b"",
                 _QUEUE_TRUE,
                 _CORRELATION + varint(len(correlation_id)) + correlation_id
                 if correlation_id
                 else b"",
             )
-        )
+        )  # fmt: skip
         data_key = _DATA_KEYS[n] if n < 16384 else _DATA + varint(n)
-        size = len(self._head) + len(data_key) + n + len(tail)
+        size = len(self._head_topic) + len(data_key) + n + len(tail)
         message_header = _DELIVERY + (_SMALL[size] if size < 16384 else varint(size))
         size += len(message_header)
         entry_header = _FRAME_MESSAGE + (_SMALL[size] if size < 16384 else varint(size))
-        return b"".join((entry_header, message_header, self._head, data_key, data, tail))
+        return b"".join((entry_header, message_header, self._head_topic, data_key, data, tail))
 
 
 _ENCODERS_MAX = 4096

@@ -124,7 +124,9 @@ def test_queue_delivery_encoder_matches_protobuf(
         "correlation_id": correlation_id,
     }
     expected = _entry_of(pb.ServerMessage(delivery=pb.Delivery(**fields)))  # type: ignore[arg-type]
-    for _ in range(2):  # the second time from the cached publisher prefix
+    # A delivery with another lease first: the cached lease field must follow the value.
+    encoder.encode(data, publisher_id, seq, txid, timestamp_us, 12_345, 1, b"")
+    for _ in range(2):  # the second time from the cached publisher prefix and lease field
         entry = encoder.encode(
             data, publisher_id, seq, txid, timestamp_us, lease_deadline_us, delivery_count,
             correlation_id.encode(),
