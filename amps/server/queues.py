@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -79,6 +80,7 @@ def policy_for(config: QueueConfig) -> QueuePolicy:
     )
 
 
+_ACK_LIST_RE = re.compile(r"(?:[0-9]{1,19}\|[0-9]{1,19}\|,)*[0-9]{1,19}\|[0-9]{1,19}\|")
 _RECORD_KEYS: dict[tuple[RemovalReason, ExpireReason], tuple[QueueAction, str]] = {}
 
 
@@ -100,6 +102,12 @@ def parse_ack_bookmarks(text: str) -> list[tuple[int, int]]:
     The usual `digits|digits|` item is split directly (no regex, no Bookmark object); anything
     else goes through `Bookmark.parse`, which accepts or rejects it with its reason.
     """
+    if _ACK_LIST_RE.fullmatch(text):
+        # The usual list, checked at once: no split per item; 19 digits stay below 2**64.
+        numbers = list(map(int, text.replace(",", "").split("|")[:-1]))
+        publishers = numbers[0::2]
+        if 0 not in publishers:
+            return list(zip(publishers, numbers[1::2], strict=True))
     found: list[tuple[int, int]] = []
     append = found.append
     for item in text.split(","):
@@ -338,6 +346,10 @@ class QueueDriver:
         # Removal records of one step are grouped into one QueueRecord per (action, reason),
         # written before any later dead-letter publish and before the step's held deliveries.
         removals: dict[tuple[QueueAction, str], list[int]] = {}
+        # The last removal's reasons and record key (enum hashing is slow; steps repeat one).
+        last_reason: RemovalReason | None = None
+        last_expire: ExpireReason | None = None
+        key = (QueueAction.ACK, "")
         appended = False
         removed = 0
         now_deliver: list[Deliver | DeliverBarrier] = []
@@ -355,7 +367,10 @@ class QueueDriver:
                 removed += 1
                 # Replaying the log: what the log already says is not written again.
                 if not recovering:
-                    key = _record_key(action.reason, action.expire_reasons)
+                    reason, expire_reasons = action.reason, action.expire_reasons
+                    if reason is not last_reason or expire_reasons is not last_expire:
+                        last_reason, last_expire = reason, expire_reasons
+                        key = _record_key(reason, expire_reasons)
                     txids = removals.get(key)
                     if txids is None:
                         removals[key] = [action.txid]

@@ -274,7 +274,10 @@ class QueueDeliveryEncoder:
                 bookmark,
                 self._head_subs,
                 (_TXID + _SMALL[txid] if txid < 16384 else _TXID + varint(txid)) if txid else b"",
-                _TIMESTAMP + varint(timestamp_us) if timestamp_us else b"",
+                _TIMESTAMP + _MORE[timestamp_us & _M14] + _MORE[(timestamp_us >> 14) & _M14]
+                + _MORE[(timestamp_us >> 28) & _M14] + _SMALL[timestamp_us >> 42]
+                if 1 << 42 <= timestamp_us < 1 << 56  # microseconds since 1970: the usual case
+                else _TIMESTAMP + varint(timestamp_us) if timestamp_us else b"",
                 self._lease_field,
                 (_COUNT + _SMALL[delivery_count] if delivery_count < 16384
                  else _COUNT + varint(delivery_count)) if delivery_count else b"",
