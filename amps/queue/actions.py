@@ -1,10 +1,13 @@
 """Outputs of the queue engine: imperatives the adapter performs, in list order.
 
-Ordering contract (raft `Ready`): every record-append action (`RecordRemoval`) that comes
-before a `Deliver` or `DeliverBarrier` in the list must be durable before that delivery is
-performed. At-most-once relies on it: the "sent" removal is logged before the message goes
-out, so a crash can never send it twice. `PublishDeadLetter` may run after the records before
-it are durable; nothing depends on it being early.
+Ordering contract (raft `Ready`): a `RecordRemoval` with reason `SENT_AT_MOST_ONCE` that
+comes before a `Deliver` or `DeliverBarrier` in the list must be durable before that delivery
+is performed: the "sent" removal is logged before the message goes out, so a crash can never
+send it twice (Q7). Other removals (acked, expired, barrier delivered) are appended in list
+order but need not be durable first: if a crash loses one, its message returns to the queue,
+which at-least-once allows, so an adapter may deliver at once rather than wait a commit round.
+`PublishDeadLetter` may run after the records before it are durable; nothing depends on it
+being early.
 """
 
 from __future__ import annotations

@@ -230,6 +230,8 @@ class QueueManager:
         starts: dict[str, int] = {}
         for name, driver in self.drivers.items():
             starts[name] = self._start_for(driver, now_ms)
+        # The snapshots are in the engines now; holding their bytes would double the memory.
+        self._stored.clear()
         position = min(starts.values())
         count = 0
         while position <= journal.last_txid:
@@ -272,7 +274,7 @@ class QueueManager:
                 # Ages carry over: a message that was 5 s old at the snapshot is 5 s older now.
                 elapsed_ms = max(0, (self.instance.wall_us() - taken_wall_us) // 1000)
                 driver.restore(snapshot, now_ms - elapsed_ms - taken_mono_ms)
-                return snapshot.high_water_txid + 1
+                return max(stored.snapshot_txid, snapshot.high_water_txid) + 1
         return max(stored.low_water_txid + 1, journal.first_txid)
 
     def _configured_start(self, setting: str) -> int:
@@ -317,7 +319,11 @@ class QueueManager:
                 snapshot_bytes = encode_snapshot(
                     snapshot, self.instance.now_ms(), self.instance.wall_us()
                 )
-                snapshot_txid = snapshot.high_water_txid
+                # Every record up to the dispatched point is in the engine already: publishes
+                # were handed over when they became durable, and the queue wrote its own
+                # removal records. So a restart replays only what comes after, not the acks
+                # made since the last publish.
+                snapshot_txid = max(snapshot.high_water_txid, self.instance.dispatched_txid)
                 cost = loop.time() - started
                 driver.next_snapshot_at = loop.time() + max(CHECKPOINT_INTERVAL_S, cost * 50)
             taken.append((driver, driver.engine.low_water_txid(), snapshot_bytes, snapshot_txid))
@@ -325,24 +331,18 @@ class QueueManager:
             return
         await self.instance.wait_durable()
         assert self.store is not None
+        setting_of = {name: driver.config.recovery_point for name, driver in self.drivers.items()}
         for driver, low_water, snapshot_bytes, snapshot_txid in taken:
+            setting = setting_of[driver.name]
+            wall_us = self.instance.wall_us()
             if snapshot_bytes is None:
-                previous = self._stored.get(driver.name)
-                if previous is not None and previous.snapshot is not None:
-                    # An older snapshot stays valid: replay covers everything after it.
-                    snapshot_bytes, snapshot_txid = previous.snapshot, previous.snapshot_txid
-            stored = StoredQueue(
-                driver.config.recovery_point, low_water, snapshot_bytes, snapshot_txid
-            )
-            self._stored[driver.name] = stored
-            await self.store.save(
-                driver.name,
-                stored.recovery_point_setting,
-                low_water,
-                snapshot_bytes,
-                snapshot_txid,
-                self.instance.wall_us(),
-            )
+                # The stored snapshot stays valid (replay covers everything after it): only
+                # the recovery point moves. The bytes are not kept in memory.
+                await self.store.save_low_water(driver.name, setting, low_water, wall_us)
+            else:
+                await self.store.save(
+                    driver.name, setting, low_water, snapshot_bytes, snapshot_txid, wall_us
+                )
 
     async def close(self) -> None:
         """Final checkpoint (a clean restart replays nothing) and close the store."""

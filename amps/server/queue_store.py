@@ -74,5 +74,19 @@ class QueueStore:
         )
         await self._db.commit()
 
+    async def save_low_water(
+        self, queue: str, setting: str, low_water_txid: int, wall_us: int
+    ) -> None:
+        """Move the recovery point only; a stored snapshot stays as it is."""
+        await self._db.execute(
+            "INSERT INTO queue_state (queue, recovery_point_setting, low_water_txid,"
+            " snapshot, snapshot_txid, updated_wall_us) VALUES (?, ?, ?, NULL, 0, ?)"
+            " ON CONFLICT(queue) DO UPDATE SET"
+            " recovery_point_setting=excluded.recovery_point_setting,"
+            " low_water_txid=excluded.low_water_txid, updated_wall_us=excluded.updated_wall_us",
+            (queue, setting, low_water_txid, wall_us),
+        )
+        await self._db.commit()
+
     async def close(self) -> None:
         await self._db.close()

@@ -376,7 +376,12 @@ class QueueDriver:
                         removals[key] = [action.txid]
                     else:
                         txids.append(action.txid)
-                    appended = True
+                    # Only a message that left at-most-once must be on disk before anything
+                    # after it is sent (else a crash could send it twice). A lost ack record
+                    # only lets its message return, which at-least-once allows: waiting for
+                    # its fsync would add a commit round to every refill of a backlog.
+                    if reason is RemovalReason.SENT_AT_MOST_ONCE:
+                        appended = True
             elif kind is PublishDeadLetter:
                 assert isinstance(action, PublishDeadLetter)
                 if removals:  # keep the journal order: removals so far, then the dead letter
