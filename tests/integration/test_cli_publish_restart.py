@@ -20,7 +20,7 @@ async def test_cli_publish_survives_a_restart_and_exits_zero(tmp_path: Path) -> 
     try:
         publisher = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "amps", "publish", "--server", instance.address,
-            "--topic", "cli-restart", "--client-name", "cli-restart",
+            "--topic", "cli-restart", "--client-name", "cli-restart", "--connect-timeout", "60",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=process_env(),
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
