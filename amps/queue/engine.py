@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from amps.queue import acks, compaction, deadlines, delivery, queries, recovery
-from amps.queue.actions import NO_REASON, Action, RemovalReason
+from amps.queue.actions import NO_REASON, Action, ExpireReason, RemovalReason
 from amps.queue.columns import ColumnFactory, memory_columns
 from amps.queue.events import (
     Acked,
@@ -88,6 +88,28 @@ class QueueEngine:
             if index:
                 deadlines.run_due(state, now_ms, actions)
             self._dispatch(event, now_ms, actions)
+        delivery.settle(state, now_ms, actions)
+        compaction.maybe_compact(state)
+        return actions
+
+    def remove_recovered(
+        self,
+        txids: Iterable[int],
+        reason: RemovalReason,
+        expire_reasons: ExpireReason,
+        now_ms: int,
+    ) -> list[Action]:
+        """Recovery (Q16): the log says these messages already left; return the actions.
+
+        The same as `handle_many` of one `MessageRemoved(reason, txid, expire_reasons)` per
+        txid (same rows, counts, statistics and actions), in one pass: time-driven work once
+        (no time passes between the events, so later passes would find nothing due), then
+        the rows, then the pump and the compaction checks once.
+        """
+        actions: list[Action] = []
+        state = self._state
+        deadlines.run_due(state, now_ms, actions)
+        recovery.remove_recovered(state, txids, reason, expire_reasons, actions)
         delivery.settle(state, now_ms, actions)
         compaction.maybe_compact(state)
         return actions

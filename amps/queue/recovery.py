@@ -15,11 +15,12 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, islice, repeat
 from operator import le, lt
 
-from amps.queue.actions import Action, RemovalReason
+from amps.queue.actions import Action, ExpireReason, RemovalReason
 from amps.queue.bookmarks import BookmarkIndex, PublisherRun
 from amps.queue.bulk import add_constant
 from amps.queue.columns import Column, as_array, column_bytes, tail
@@ -28,6 +29,7 @@ from amps.queue.state import QueueState
 from amps.queue.table import (
     AVAILABLE,
     BARRIER,
+    IN_RETURNED,
     INACTIVE,
     LIVE_MASK,
     NO_EXPIRY,
@@ -81,6 +83,80 @@ def on_message_removed(
     slot = state.table.slot_of(txid)
     if slot >= 0 and state.table.state[slot] != REMOVED:
         state.remove(slot, event.reason, actions, event.expire_reasons, record=False)
+
+
+def remove_recovered(
+    state: QueueState,
+    txids: Iterable[int],
+    reason: RemovalReason,
+    expire_reasons: ExpireReason,
+    actions: list[Action],
+) -> None:
+    """Replay many removals by txid at once: the same end state as one `on_message_removed`
+    each, with one tight loop over the rows and the counts and the table head fixed up once.
+
+    Plain rows (AVAILABLE never delivered, or INACTIVE; no barrier) are marked here; any
+    other row (leased, returned, delivered, a barrier) goes through `QueueState.remove`.
+    """
+    table = state.table
+    rows = table.txid
+    row_state = table.state
+    flags = table.flags
+    delivered = table.delivery_count
+    priority = table.priority
+    sent = state.at_most_once_sent
+    base = table.base
+    head = table.head  # may fall behind table.head below: it then finds a REMOVED row
+    count = len(rows)
+    fresh_left: dict[int, int] = {}  # priority -> fresh rows removed here
+    gone: set[int] = set()  # txids of the fresh rows removed here
+    fresh = inactive = 0
+    for txid in txids:
+        if sent:
+            sent.pop(txid, None)
+        slot = txid - base
+        if not (head <= slot < count and rows[slot] == txid):
+            slot = table.slot_of(txid)
+            if slot < 0:
+                continue
+        kind = row_state[slot]
+        if kind == REMOVED:
+            continue
+        if kind == INACTIVE and not flags[slot] & BARRIER:
+            row_state[slot] = REMOVED
+            inactive += 1
+        elif kind == AVAILABLE and not flags[slot] & _SLOW_FLAGS and not delivered[slot]:
+            row_state[slot] = REMOVED
+            gone.add(txid)
+            if priority is None:
+                fresh += 1
+            else:
+                row_priority = priority[slot]
+                fresh_left[row_priority] = fresh_left.get(row_priority, 0) + 1
+        else:
+            state.remove(slot, reason, actions, expire_reasons, record=False)
+    if fresh:
+        fresh_left[0] = fresh
+    removed = inactive + sum(fresh_left.values())
+    if not removed:
+        return
+    table.removed_count += removed
+    head = table.head
+    while head < count and row_state[head] == REMOVED:
+        head += 1
+    table.head = head
+    state.inactive_count -= inactive
+    state.active_count -= removed - inactive
+    state.removals_since_check += removed
+    state._count_removal(reason, expire_reasons, removed)
+    for level_priority, left in fresh_left.items():
+        level = state.levels[level_priority]
+        level.fresh_live -= left
+        column = level.fresh  # as leave_available would: move the head past removed rows
+        at = level.head
+        while at < len(column) and (column[at] in gone or not state.valid_fresh(column[at])):
+            at += 1
+        level.head = at
 
 
 def snapshot(state: QueueState) -> QueueSnapshot:
@@ -343,6 +419,7 @@ def _fill_bookmarks(state: QueueState, snap: QueueSnapshot) -> None:
 
 
 _BULK_LEVELS = 16
+_SLOW_FLAGS = BARRIER | IN_RETURNED
 _BULK_PUBLISHERS = 64
 # flags byte -> 1 if BARRIER is set, and snapshot barrier byte -> BARRIER flag
 _BARRIER_MASK = bytes(1 if b & BARRIER else 0 for b in range(256))

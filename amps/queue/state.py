@@ -226,16 +226,18 @@ class QueueState:
             if reason is RemovalReason.EXPIRED:
                 actions.append(PublishDeadLetter(txid, expire_reasons))
 
-    def _count_removal(self, reason: RemovalReason, expire_reasons: ExpireReason) -> None:
+    def _count_removal(
+        self, reason: RemovalReason, expire_reasons: ExpireReason, count: int = 1
+    ) -> None:
         counters = self.counters
         if reason is RemovalReason.ACKED:
-            counters.acked_total += 1
+            counters.acked_total += count
         elif reason is RemovalReason.EXPIRED:
-            counters.expired_by_reason[expire_reasons.primary()] += 1
+            counters.expired_by_reason[expire_reasons.primary()] += count
         elif reason is RemovalReason.SENT_AT_MOST_ONCE:
-            counters.sent_at_most_once_total += 1
+            counters.sent_at_most_once_total += count
         else:
-            counters.barrier_delivered_total += 1
+            counters.barrier_delivered_total += count
 
     def break_lease(
         self, slot: int, now_ms: int, actions: list[Action], reasons: ExpireReason

@@ -30,7 +30,6 @@ from amps.queue import (
     DeliverBarrier,
     ExpireReason,
     MessagePublished,
-    MessageRemoved,
     PublishDeadLetter,
     QueueEngine,
     QueuePolicy,
@@ -256,10 +255,8 @@ class QueueDriver:
         expire = ExpireReason.TIME_LIMIT
         if record.action == QueueAction.EXPIRE:
             expire = ExpireReason.FORCED_EXPIRE
-        events = [
-            MessageRemoved(reason=reason, txid=t, expire_reasons=expire) for t in record.txids
-        ]
-        self.run(self.engine.handle_many(events, now_ms), now_ms, recovering=True)
+        actions = self.engine.remove_recovered(record.txids, reason, expire, now_ms)
+        self.run(actions, now_ms, recovering=True)
 
     def subscribe(
         self, session: Session, sub_id: str, flt: Filter | None, max_backlog: int | None
