@@ -229,7 +229,11 @@ async def _finish_publish(client: Client, started: float, flush_timeout: float) 
 @click.command("subscribe")
 @_connection_options
 @click.option("--topic", required=True, help="Topic, topic regular expression, or queue.")
-@click.option("--bookmark", default=None, help="Replay from: 0 (epoch), 0|1| (now), a bookmark.")
+@click.option(
+    "--bookmark",
+    default=None,
+    help="Replay from: epoch (or 0), now (or 0|1|), a bookmark, or a time YYYYmmddTHHMMSSZ.",
+)
 @click.option("--filter", "filter_", default=None, help="Content filter expression.")
 @click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after N messages.")
 @click.option("--max-backlog", type=click.IntRange(min=0), default=None, help="Queue backlog.")
