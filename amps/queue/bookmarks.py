@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from itertools import compress
 
-from amps.queue.columns import Column, ColumnFactory, memory_columns, tail
+from amps.queue.columns import Column, ColumnFactory, as_array, memory_columns, tail
 
 
 class PublisherRun:
@@ -74,16 +74,21 @@ class BookmarkIndex:
         """Drop every entry below txid `below` and every other one `keep` rejects.
 
         A run's txids increase, so the entries below `below` are a prefix cut without calls.
+        `keep` is called per remaining entry: pass a set's `__contains__` to keep it in C.
         """
         count = 0
         for publisher_id, run in list(self._runs.items()):
             start = bisect_left(run.txids, below)
             mask = bytes(map(keep, tail(run.txids, start)))
-            txids = array("q", compress(tail(run.txids, start), mask))
+            if 0 not in mask:  # the whole tail is kept: one buffer copy per column
+                txids = as_array(run.txids, "q", start)
+                seqs = as_array(run.seqs, "Q", start)
+            else:
+                txids = array("q", compress(tail(run.txids, start), mask))
+                seqs = array("Q", compress(tail(run.seqs, start), mask))
             if not txids:
                 del self._runs[publisher_id]
                 continue
-            seqs = array("Q", compress(tail(run.seqs, start), mask))
             self._runs[publisher_id] = self.new_run(seqs, txids)
             count += len(txids)
         self._unordered = {k: t for k, t in self._unordered.items() if t >= below and keep(t)}

@@ -106,12 +106,19 @@ class Level:
         while self.returned and self.returned[0] == txid:
             heapq.heappop(self.returned)
 
+    def wants_fresh_compaction(self) -> bool:
+        """True once the fresh list's garbage outnumbers its live entries (and is worth it)."""
+        garbage = len(self.fresh) - self.head - self.fresh_live
+        return garbage > COMPACT_MIN_GARBAGE and garbage > self.fresh_live
+
     def maybe_compact(
         self, valid_fresh: Callable[[int], bool], valid_returned: Callable[[int], bool]
     ) -> None:
-        """Squeeze garbage out once it outnumbers live entries (amortised O(1))."""
-        garbage = len(self.fresh) - self.head - self.fresh_live
-        if garbage > COMPACT_MIN_GARBAGE and garbage > self.fresh_live:
+        """Squeeze garbage out once it outnumbers live entries (amortised O(1)).
+
+        `valid_fresh` is called per fresh entry: pass a set's `__contains__` to keep it in C.
+        """
+        if self.wants_fresh_compaction():
             kept = array("q", filter(valid_fresh, tail(self.fresh, self.head)))
             self.fresh = self.columns("q", kept)
             self.head = 0

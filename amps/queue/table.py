@@ -13,7 +13,14 @@ from array import array
 from bisect import bisect_left
 from itertools import compress
 
-from amps.queue.columns import Column, ColumnFactory, column_bytes, memory_columns, tail
+from amps.queue.columns import (
+    Column,
+    ColumnFactory,
+    as_array,
+    column_bytes,
+    memory_columns,
+    tail,
+)
 
 AVAILABLE = 0
 LEASED = 1
@@ -122,7 +129,9 @@ class MessageTable:
     def compact(self) -> None:
         """Drop every REMOVED row; O(rows). Slots of live rows change."""
         head = self.head
-        keep = column_bytes(self.state, head).translate(LIVE_MASK)
+        # None: no holes after the head, so every column's tail is kept whole (one copy)
+        keep = None if self.removed_count == head else column_bytes(self.state, head)
+        keep = None if keep is None else keep.translate(LIVE_MASK)
         pick = self._pick
         self.txid = pick(self.txid, "q", head, keep)
         self.timestamp_ms = pick(self.timestamp_ms, "q", head, keep)
@@ -139,8 +148,11 @@ class MessageTable:
         self.removed_count = 0
         self.base = self.txid[0] if self.txid else 0
 
-    def _pick(self, column: Column, typecode: str, head: int, keep: bytes) -> Column:
-        """The rows of `column` from `head` whose `keep` byte is set, as a new column."""
+    def _pick(self, column: Column, typecode: str, head: int, keep: bytes | None) -> Column:
+        """The rows of `column` from `head` whose `keep` byte is set (all if None), as a new
+        column."""
+        if keep is None:
+            return self.columns(typecode, as_array(column, typecode, head))
         return self.columns(typecode, array(typecode, compress(tail(column, head), keep)))
 
     def nbytes(self) -> int:
