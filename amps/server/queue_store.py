@@ -42,7 +42,10 @@ class QueueStore:
 
     @classmethod
     async def open(cls, path: Path) -> QueueStore:
-        connection = await aiosqlite.connect(path)
+        # No statement cache: a cached INSERT keeps its last parameters bound, so SQLite would
+        # hold a copy of the last snapshot (the size of the queue) in memory until the next one.
+        # A few statements every few seconds gain nothing from caching.
+        connection = await aiosqlite.connect(path, cached_statements=0)
         await connection.execute("PRAGMA journal_mode=WAL")
         await connection.execute("PRAGMA synchronous=FULL")
         await connection.execute(SCHEMA)
