@@ -18,6 +18,7 @@ import google_crc32c
 
 from amps.errors import CorruptRecord
 from amps.log import codec
+from amps.log.reader import SegmentFiles
 from amps.log.records import RecordKind
 from amps.log.segments import segment_name
 
@@ -51,21 +52,11 @@ class RawReader:
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
-        self._fds: dict[int, int] = {}
+        self._files = SegmentFiles(journal.directory, MAX_OPEN_FILES)
+        self._fd = self._files.fd
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-    def _fd(self, first_txid: int) -> int:
-        fd = self._fds.get(first_txid)
-        if fd is None:
-            if len(self._fds) >= MAX_OPEN_FILES:
-                os.close(self._fds.pop(next(iter(self._fds))))
-            fd = os.open(self.journal.directory / segment_name(first_txid), os.O_RDONLY)
-            self._fds[first_txid] = fd
-        return fd
+        self._files.close()
 
     def read(
         self, from_txid: int, upper_txid: int, max_records: int

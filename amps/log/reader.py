@@ -11,11 +11,35 @@ from amps.log import codec
 from amps.log.records import Record
 from amps.log.segments import SegmentBuilder, SegmentSummary, segment_name
 
-__all__ = ["Segment", "SegmentReader"]
+__all__ = ["Segment", "SegmentFiles", "SegmentReader"]
 
 Segment = SegmentSummary | SegmentBuilder
 MIN_READ_BYTES = 256 * 1024
 MAX_OPEN_FILES = 16
+
+
+class SegmentFiles:
+    """Read-only descriptors of at most `max_open` segments, the oldest opened closed first."""
+
+    def __init__(self, directory: Path, max_open: int) -> None:
+        self.directory = directory
+        self.max_open = max_open
+        self._fds: dict[int, int] = {}
+
+    def fd(self, first_txid: int) -> int:
+        """The descriptor of the segment starting at first_txid (opened on first use)."""
+        fd = self._fds.get(first_txid)
+        if fd is None:
+            if len(self._fds) >= self.max_open:
+                os.close(self._fds.pop(next(iter(self._fds))))
+            fd = os.open(self.directory / segment_name(first_txid), os.O_RDONLY)
+            self._fds[first_txid] = fd
+        return fd
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
 
 class SegmentReader:
@@ -23,17 +47,8 @@ class SegmentReader:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._fds: dict[int, int] = {}
-
-    def _fd(self, first_txid: int) -> int:
-        fd = self._fds.get(first_txid)
-        if fd is None:
-            if len(self._fds) >= MAX_OPEN_FILES:
-                oldest = next(iter(self._fds))
-                os.close(self._fds.pop(oldest))
-            fd = os.open(self.directory / segment_name(first_txid), os.O_RDONLY)
-            self._fds[first_txid] = fd
-        return fd
+        self._files = SegmentFiles(directory, MAX_OPEN_FILES)
+        self._fd = self._files.fd
 
     def read(
         self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int
@@ -92,6 +107,4 @@ class SegmentReader:
             offset += consumed
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        self._files.close()
