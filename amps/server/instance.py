@@ -24,7 +24,7 @@ from amps.log.records import PublishRecord, Record
 from amps.server.convert import success_ack
 from amps.server.queue_manager import QueueManager
 from amps.server.record_cache import RecordCache
-from amps.server.subscriptions import SubscriptionIndex
+from amps.server.subscriptions import Subscription, SubscriptionIndex
 from amps.server.topics import validate_topic_name
 from amps.v1 import client_pb2 as pb
 
@@ -146,10 +146,7 @@ class Instance:
             self.remove_subscription(subscription)
         self.queues.disconnected(session)
 
-    def remove_subscription(self, subscription: object) -> None:
-        from amps.server.subscriptions import Subscription
-
-        assert isinstance(subscription, Subscription)
+    def remove_subscription(self, subscription: Subscription) -> None:
         if subscription.cancel_replay is not None:
             subscription.cancel_replay()
         self.subscriptions.remove(subscription)

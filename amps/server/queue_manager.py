@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from amps import errors
-from amps.config import ActionConfig, QueueConfig
+from amps.config import ActionConfig, ActionStep, QueueConfig
 from amps.expr import ExprKind, Filter, compile_filter
 from amps.log.bookmarks import parse_bookmark_spec
 from amps.log.records import PublishRecord, QueueRecord
@@ -200,10 +200,9 @@ class QueueManager:
                             if do.module == DO_PUBLISH:
                                 driver.dead_letters.append(self._publisher(driver.name, do))
 
-    def _publisher(self, queue: str, step: object) -> Callable[[PublishRecord, ExpireReason], None]:
-        from amps.config import ActionStep
-
-        assert isinstance(step, ActionStep)
+    def _publisher(
+        self, queue: str, step: ActionStep
+    ) -> Callable[[PublishRecord, ExpireReason], None]:
         topic = step.option("Topic") or ""
         template = step.option("Data") or "{{AMPS_DATA}}"
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from amps import errors
 from amps.config import QueueConfig
-from amps.expr import ExprKind, Filter, Message, Priority, compile_filter, compile_priority
+from amps.expr import ExprKind, Filter, Priority, compile_filter, compile_priority
 from amps.log.bookmarks import Bookmark as LogBookmark
 from amps.log.records import PublishRecord, QueueAction, QueueRecord
 from amps.queue import (
@@ -526,15 +526,3 @@ class QueueDriver:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-
-
-def message_for(record: PublishRecord) -> Message:
-    """The expression-language view of a record."""
-    return Message(
-        record.data,
-        topic=record.topic,
-        bookmark=f"{record.publisher_id}|{record.seq}|",
-        timestamp_us=record.timestamp_us,
-        correlation_id=record.correlation_id,
-        expiration_s=record.expiration_s,
-    )
