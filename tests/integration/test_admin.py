@@ -18,8 +18,9 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from amps.client import Client, Message
+from amps.client import Client
 from tests.harness.instance import InstanceProcess, config_xml, process_env
+from tests.harness.streams import take
 
 TIMEOUT_S = 30
 WORK_QUEUE = (
@@ -75,19 +76,6 @@ async def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None
     while not await asyncio.to_thread(check):
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.05)
-
-
-async def take(subscription: object, count: int) -> list[Message]:
-    out: list[Message] = []
-
-    async def run() -> None:
-        async for message in subscription:  # type: ignore[attr-defined]
-            out.append(message)
-            if len(out) >= count:
-                return
-
-    await asyncio.wait_for(run(), TIMEOUT_S)
-    return out
 
 
 def amps_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from amps.client import Client
 from tests.harness.instance import InstanceProcess, config_xml, process_env
+from tests.harness.streams import replay_ids
 
 TOTAL = 20_000
 TIMEOUT_S = 120
@@ -41,18 +41,7 @@ async def test_cli_publish_survives_a_restart_and_exits_zero(tmp_path: Path) -> 
         _, stderr = await asyncio.wait_for(publisher.communicate(), TIMEOUT_S)
         assert publisher.returncode == 0, stderr.decode()
 
-        ids: list[int] = []
-        async with Client("cli-restart-check") as reader:
-            await reader.connect(instance.address)
-            subscription = await reader.subscribe("cli-restart", bookmark="epoch")
-
-            async def take() -> None:
-                async for message in subscription:
-                    ids.append(message.json()["id"])
-                    if len(ids) >= TOTAL:
-                        return
-
-            await asyncio.wait_for(take(), TIMEOUT_S)
+        ids = await replay_ids(instance.address, "cli-restart", TOTAL, timeout_s=TIMEOUT_S)
         assert ids == list(range(1, TOTAL + 1))
         assert f"{TOTAL} persisted" in stderr.decode()
     finally:

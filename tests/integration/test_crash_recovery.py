@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import orjson
 
 from amps.client import Client
 from tests.harness.instance import InstanceProcess, config_xml
+from tests.harness.streams import replay_ids
 
 TOTAL = 20_000
 TIMEOUT_S = 90
@@ -47,39 +47,14 @@ def append_torn_tail(journal: Path) -> None:
         f.write(b"\x00\x00\x01\x00" + os.urandom(100))
 
 
-async def replay_ids(instance: InstanceProcess, topic: str) -> list[int]:
-    ids: list[int] = []
-    async with Client("crash-check") as reader:
-        await reader.connect(instance.address)
-        subscription = await reader.subscribe(topic, bookmark="epoch")
-
-        async def take() -> None:
-            async for message in subscription:
-                ids.append(message.json()["id"])
-                if len(ids) >= TOTAL:
-                    return
-
-        await asyncio.wait_for(take(), TIMEOUT_S)
-        # Anything beyond TOTAL would be a duplicate: give it a moment to show up.
-        extra: list[int] = []
-
-        async def more() -> None:
-            # Appended one by one: the wait is cut by a timeout, and what came before must stay.
-            async for message in subscription:
-                extra.append(message.json()["id"])  # noqa: PERF401
-
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(more(), 0.5)
-        ids.extend(extra)
-    return ids
-
-
 async def test_sigkill_mid_stream_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     """L2/L3/L4/L8: every message persisted exactly once, in publish order, across a SIGKILL."""
     instance = InstanceProcess(tmp_path / "amps", config_xml(journal_size="4MB")).start()
     try:
         await publish_through_a_kill(instance, "crash", torn_tail=False)
-        assert await replay_ids(instance, "crash") == list(range(1, TOTAL + 1))
+        assert await replay_ids(instance.address, "crash", TOTAL, timeout_s=TIMEOUT_S) == list(
+            range(1, TOTAL + 1)
+        )
     finally:
         instance.kill()
 
@@ -89,6 +64,8 @@ async def test_torn_tail_is_cut_and_nothing_acknowledged_is_lost(tmp_path: Path)
     instance = InstanceProcess(tmp_path / "amps", config_xml(journal_size="4MB")).start()
     try:
         await publish_through_a_kill(instance, "torn", torn_tail=True)
-        assert await replay_ids(instance, "torn") == list(range(1, TOTAL + 1))
+        assert await replay_ids(instance.address, "torn", TOTAL, timeout_s=TIMEOUT_S) == list(
+            range(1, TOTAL + 1)
+        )
     finally:
         instance.kill()

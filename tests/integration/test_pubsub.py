@@ -12,22 +12,9 @@ import pytest
 from amps import errors
 from amps.client import Client
 from tests.harness.instance import InstanceProcess, config_xml
+from tests.harness.streams import take
 
 TIMEOUT_S = 30
-
-
-async def collect(subscription: object, count: int) -> list[object]:
-    """Take `count` messages from a subscription, bounded in time."""
-    out = []
-
-    async def take() -> None:
-        async for message in subscription:  # type: ignore[attr-defined]
-            out.append(message)
-            if len(out) >= count:
-                return
-
-    await asyncio.wait_for(take(), TIMEOUT_S)
-    return out
 
 
 async def test_publish_then_replay_from_epoch_in_order(instance: InstanceProcess) -> None:
@@ -38,7 +25,7 @@ async def test_publish_then_replay_from_epoch_in_order(instance: InstanceProcess
             await client.publish("orders", orjson.dumps({"id": i}))
         await client.flush(timeout_s=TIMEOUT_S)
         sub = await client.subscribe("orders", bookmark="epoch")
-        messages = await collect(sub, 1000)
+        messages = await take(sub, 1000)
     ids = [m.json()["id"] for m in messages]  # type: ignore[attr-defined]
     assert ids == list(range(1, 1001))
     bookmarks = [m.bookmark for m in messages]  # type: ignore[attr-defined]
@@ -53,9 +40,9 @@ async def test_replay_from_a_bookmark_in_the_middle(instance: InstanceProcess) -
         for i in range(1, 101):
             await client.publish("mid", orjson.dumps({"id": i}))
         await client.flush(timeout_s=TIMEOUT_S)
-        first = await collect(await client.subscribe("mid", bookmark="epoch"), 100)
+        first = await take(await client.subscribe("mid", bookmark="epoch"), 100)
         middle = first[49].bookmark  # type: ignore[attr-defined]
-        rest = await collect(await client.subscribe("mid", bookmark=middle), 50)
+        rest = await take(await client.subscribe("mid", bookmark=middle), 50)
     assert [m.json()["id"] for m in rest] == list(range(51, 101))  # type: ignore[attr-defined]
 
 
@@ -72,7 +59,7 @@ async def test_replay_from_a_timestamp(instance: InstanceProcess) -> None:
         for i in range(11, 21):
             await client.publish("ts", orjson.dumps({"id": i}))
         await client.flush(timeout_s=TIMEOUT_S)
-        later = await collect(await client.subscribe("ts", bookmark=stamp), 10)
+        later = await take(await client.subscribe("ts", bookmark=stamp), 10)
     assert [m.json()["id"] for m in later] == list(range(11, 21))  # type: ignore[attr-defined]
 
 
@@ -89,8 +76,8 @@ async def test_now_bookmark_and_live_regex_subscription(instance: InstanceProces
         await publisher.publish("live.b", b'{"n":2}')
         await publisher.publish("other", b'{"n":3}')
         await publisher.flush(timeout_s=TIMEOUT_S)
-        now_messages = await collect(from_now, 1)
-        regex_messages = await collect(regex, 2)
+        now_messages = await take(from_now, 1)
+        regex_messages = await take(regex, 2)
     assert now_messages[0].json() == {"n": 1}  # type: ignore[attr-defined]
     assert sorted(m.topic for m in regex_messages) == ["live.a", "live.b"]  # type: ignore[attr-defined]
 
@@ -106,7 +93,7 @@ async def test_replay_hands_over_to_live_without_gaps(instance: InstanceProcess)
         for i in range(2001, 4001):
             await publisher.publish("race", orjson.dumps({"id": i}))
         await publisher.flush(timeout_s=TIMEOUT_S)
-        messages = await collect(sub, 4000)
+        messages = await take(sub, 4000)
     assert [m.json()["id"] for m in messages] == list(range(1, 4001))  # type: ignore[attr-defined]
 
 
@@ -150,7 +137,7 @@ async def test_duplicate_sequence_numbers_are_discarded_and_acked(
     async with Client("dup-reader") as client:
         await client.connect(instance.address)
         sub = await client.subscribe("dup", bookmark="epoch")
-        messages = await collect(sub, 2)
+        messages = await take(sub, 2)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(sub.__anext__(), 0.5)
     assert [m.json()["id"] for m in messages] == [1, 4]  # type: ignore[attr-defined]
@@ -168,10 +155,10 @@ async def test_unrecorded_topic_is_live_only(tmp_path: Path) -> None:
             await client.publish("chat", b'{"hello":1}')
             await client.publish("orders", b'{"id":1}')
             await client.flush(timeout_s=TIMEOUT_S)
-            [message] = await collect(live, 1)
+            [message] = await take(live, 1)
             with pytest.raises(errors.InvalidTopic):
                 await client.subscribe("chat", bookmark="epoch")
-            replayed = await collect(await client.subscribe("orders", bookmark="epoch"), 1)
+            replayed = await take(await client.subscribe("orders", bookmark="epoch"), 1)
     finally:
         instance.kill()
     assert message.json() == {"hello": 1}  # type: ignore[attr-defined]

@@ -10,10 +10,11 @@ import orjson
 import pytest
 
 from amps import errors
-from amps.client import Client, Message
+from amps.client import Client
 from amps.log.journal import Journal
 from amps.log.records import QueueAction, QueueRecord
 from tests.harness.instance import InstanceProcess, config_xml, process_env
+from tests.harness.streams import take
 
 TIMEOUT_S = 30
 
@@ -55,19 +56,6 @@ def queue_instance(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield process
     finally:
         process.kill()
-
-
-async def take(subscription: object, count: int, timeout_s: float = TIMEOUT_S) -> list[Message]:
-    out: list[Message] = []
-
-    async def run() -> None:
-        async for message in subscription:  # type: ignore[attr-defined]
-            out.append(message)
-            if len(out) >= count:
-                return
-
-    await asyncio.wait_for(run(), timeout_s)
-    return out
 
 
 async def publish_ids(client: Client, topic: str, ids: range) -> None:
