@@ -260,8 +260,8 @@ class QueueDriver:
 
     def subscribe(
         self, session: Session, sub_id: str, flt: Filter | None, max_backlog: int | None
-    ) -> int:
-        """A queue subscription (Q4, Q8); returns the granted backlog."""
+    ) -> None:
+        """A queue subscription (Q4, Q8); the caller acks it with `granted_backlog`."""
         key = f"{session.client_id}/{sub_id}"
         matches = None
         if flt is not None:
@@ -270,7 +270,6 @@ class QueueDriver:
         now_ms = self.instance.now_ms()
         event = Subscribed(key, session.client_id, max_backlog, matches)
         self.run(self.engine.handle(event, now_ms), now_ms)
-        return self.granted_backlog(max_backlog)
 
     def granted_backlog(self, max_backlog: int | None) -> int:
         """Q8: what the subscribe ack reports as `max_backlog=N`."""
