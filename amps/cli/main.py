@@ -6,37 +6,58 @@ import importlib
 
 import click
 
-# Each module defines a click command or group named by the second element; adding a family is one
-# line here. Modules are imported lazily so `amps --help` stays fast.
-COMMAND_MODULES: list[tuple[str, str]] = [
-    ("amps.cli.server_cmd", "server"),
-    ("amps.cli.client_cmds", "COMMANDS"),
-    ("amps.cli.expr_cmd", "expr"),
-    ("amps.cli.journal_cmd", "journal"),
-    ("amps.cli.admin_cmds", "admin"),
-]
+# Each command is named here with the module and attribute that define it; adding a family is a
+# few lines here. A module is imported only when one of its commands runs (or for --help), so
+# `amps server` does not pay for the client, expression, journal and admin commands at start.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "server": ("amps.cli.server_cmd", "server"),
+    "publish": ("amps.cli.client_cmds", "publish"),
+    "subscribe": ("amps.cli.client_cmds", "subscribe"),
+    "ping": ("amps.cli.client_cmds", "ping"),
+    "sow": ("amps.cli.client_cmds", "sow"),
+    "sow-delete": ("amps.cli.client_cmds", "sow_delete"),
+    "expr": ("amps.cli.expr_cmd", "expr"),
+    "journal": ("amps.cli.journal_cmd", "journal"),
+    "admin": ("amps.cli.admin_cmds", "admin"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _load(name: str) -> click.Command:
+    module_name, attribute = COMMANDS[name]
+    command = getattr(importlib.import_module(module_name), attribute)
+    assert isinstance(command, click.Command)
+    return command
+
+
+class LazyGroup(click.Group):
+    """A group whose commands (from COMMANDS) are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *super().list_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            command = _load(cmd_name)
+            self.add_command(command, cmd_name)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="amps")
 def cli() -> None:
     """AMPS-style broker: durable topics, bookmark replay and queues over gRPC."""
 
 
 def _register() -> None:
-    for module_name, attribute in COMMAND_MODULES:
-        module = importlib.import_module(module_name)
-        command = getattr(module, attribute)
-        if isinstance(command, list):
-            for item in command:
-                cli.add_command(item)
-        else:
-            cli.add_command(command)
+    """Import and add every command now (the CLI reference generator walks them all)."""
+    for name in COMMANDS:
+        if name not in cli.commands:
+            cli.add_command(_load(name), name)
 
 
 def main() -> None:
     """Run the CLI (console script `amps`)."""
-    _register()
     cli(prog_name="amps")
 
 
