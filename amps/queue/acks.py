@@ -105,6 +105,4 @@ def _free_at_most_once(state: QueueState, txid: int, client_id: str) -> None:
     assert sub is not None
     if state.policy.leasing == "strict" and sub.client_id != client_id:
         return
-    del state.at_most_once_sent[txid]
-    sub.leased.remove(txid)
-    state.leased_total -= 1
+    state.release_sent(txid)

@@ -79,7 +79,9 @@ def on_message_removed(
             if event.reason is RemovalReason.ACKED and unseen:
                 state.defer_ack(publisher_id, seq, now_ms)  # the ack came before its message
             return
-    state.at_most_once_sent.pop(txid, None)
+    # Like the ack that frees the backlog of a sent at-most-once message (Q7): a removal
+    # replayed while its subscription is still there (replication) must not leave it held.
+    state.release_sent(txid)
     slot = state.table.slot_of(txid)
     if slot >= 0 and state.table.state[slot] != REMOVED:
         state.remove(slot, event.reason, actions, event.expire_reasons, record=False)
@@ -112,8 +114,8 @@ def remove_recovered(
     gone: set[int] = set()  # txids of the fresh rows removed here
     fresh = inactive = 0
     for txid in txids:
-        if sent:
-            sent.pop(txid, None)
+        if sent and txid in sent:
+            state.release_sent(txid)  # as on_message_removed does
         slot = txid - base
         if not (head <= slot < count and rows[slot] == txid):
             slot = table.slot_of(txid)

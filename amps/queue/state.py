@@ -259,6 +259,15 @@ class QueueState:
         table.flags[slot] |= IN_RETURNED
         self.level_of(slot).push_returned(table.txid[slot])
 
+    def release_sent(self, txid: int) -> None:
+        """Q7: a message sent at-most-once stops holding its subscription's backlog."""
+        index = self.at_most_once_sent.pop(txid, None)
+        if index is not None:
+            sub = self.subs[index]
+            assert sub is not None
+            sub.leased.remove(txid)
+            self.leased_total -= 1
+
     def defer_ack(self, publisher_id: int, seq: int, now_ms: int) -> None:
         """Remember an ack for a message not yet in the queue (DeferredAckExpiration)."""
         expires_at_ms = now_ms + self.policy.deferred_ack_expiration_ms

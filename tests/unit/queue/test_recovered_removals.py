@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amps.queue import (
     Acked,
     AckOption,
+    Deliver,
     ExpireReason,
     QueueEngine,
     QueuePolicy,
@@ -51,10 +53,9 @@ def scenarios(draw: st.DrawFn) -> tuple[QueuePolicy, list[tuple[int, Event]], in
         priority = draw(st.integers(0, 2)) if policy.has_priority else 0
         barrier = policy.has_barrier and draw(st.integers(0, 7)) == 0
         events.append((now_ms, published(txid, now_ms, priority=priority, barrier=barrier)))
-    # Leases, returned and delivered rows. Not at-most-once: replaying a removal of a sent
-    # message while its subscription is still there breaks the backlog count with either path
-    # (`on_message_removed` forgets it without its lease); replay runs before any subscription.
-    if policy.semantics == "at-least-once" and draw(st.booleans()):
+    # Leases, returned and delivered rows; at-most-once: sent messages whose subscription is
+    # still there (replication replays removals with live subscriptions, Q7).
+    if draw(st.booleans()):
         events.append((now_ms, subscribed("a", "c1", 3)))
         events.append((now_ms, subscribed("b", "c2", 2)))
         now_ms += draw(st.sampled_from([0, 50, 150]))
@@ -95,3 +96,34 @@ def test_remove_recovered_equals_one_event_per_txid(
         assert a.low_water_txid() == b.low_water_txid()
         assert a.next_deadline_ms() == b.next_deadline_ms()
         assert a.snapshot() == b.snapshot()
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+@pytest.mark.parametrize(
+    ("reason", "expire"),
+    [
+        (RemovalReason.SENT_AT_MOST_ONCE, ExpireReason.TIME_LIMIT),
+        (RemovalReason.ACKED, ExpireReason.TIME_LIMIT),
+    ],
+)
+def test_replayed_removal_of_a_sent_at_most_once_message_frees_its_backlog(
+    bulk: bool, reason: RemovalReason, expire: ExpireReason
+) -> None:
+    """Q7, Q16: a replayed removal (recovery or replication) of a message sent at-most-once
+    while its subscription is still there frees that subscription's backlog, as its ack would,
+    so the next message goes out and every count stays exact."""
+    engine = QueueEngine(QueuePolicy(semantics="at-most-once"))
+    engine.handle(subscribed("a", "c1", 1), 0)
+    sent = engine.handle_many([published(1), published(2)], 0)
+    assert [a.txid for a in sent if isinstance(a, Deliver)] == [1]
+    if bulk:
+        actions = engine.remove_recovered([1], reason, expire, 1)
+    else:
+        actions = engine.handle(MessageRemoved(reason=reason, txid=1, expire_reasons=expire), 1)
+    engine.check_invariants()
+    assert [a.txid for a in actions if isinstance(a, Deliver)] == [2]
+    assert engine.statistics(1).leased_count == 1
+    # The client's own ack of message 1 now finds nothing to free (no double release).
+    engine.handle(Acked("c1", bookmarks(1)), 2)
+    engine.check_invariants()
+    assert engine.statistics(2).leased_count == 1
