@@ -11,10 +11,10 @@ from amps.expr.api import (
     compile_filter,
     compile_priority,
     parse_expression,
+    render,
 )
-from amps.expr.check import ExprKind
+from amps.expr.kinds import ExprKind
 from amps.expr.message import EvalContext, Message
-from amps.expr.nodes import render
 
 __all__ = [
     "EvalContext",

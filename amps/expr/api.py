@@ -1,16 +1,20 @@
-"""Compiled expressions: `Filter` (boolean contexts) and `Priority` (SPEC A2)."""
+"""Compiled expressions: `Filter` (boolean contexts) and `Priority` (SPEC A2).
+
+The parser, checker and code generator are imported by the first expression compiled, not with
+this module: an instance whose configuration and clients use no expression never loads them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from amps.errors import FilterSyntaxError
-from amps.expr import nodes as n
-from amps.expr.check import ExprKind, check_tree
-from amps.expr.codegen import build
+from amps.expr.kinds import ExprKind
 from amps.expr.message import EvalContext, Message
-from amps.expr.parser import parse
+
+if TYPE_CHECKING:
+    from amps.expr import nodes as n
 
 
 class MatchFunction(Protocol):
@@ -35,9 +39,19 @@ def parse_expression(text: str, kind: ExprKind = ExprKind.FILTER) -> n.Node:
         raise FilterSyntaxError(repr(text), 1, "an expression must be text")
     if not text.strip():
         raise FilterSyntaxError(text, 1, "the expression is empty")
+    from amps.expr.check import check_tree
+    from amps.expr.parser import parse
+
     root = parse(text)
     check_tree(text, root, kind)
     return root
+
+
+def render(node: n.Node) -> str:
+    """A readable, fully parenthesised form of the tree (printed by `amps expr check`)."""
+    from amps.expr.nodes import render as render_node
+
+    return render_node(node)
 
 
 class Filter:
@@ -49,6 +63,8 @@ class Filter:
     evaluate: ValueFunction  # the raw value (bool, number, str, list or None)
 
     def __init__(self, text: str, kind: ExprKind, tree: n.Node) -> None:
+        from amps.expr.codegen import build
+
         self.text = text
         self.kind = kind
         self.tree = tree
@@ -69,6 +85,8 @@ class Priority:
     evaluate: ValueFunction
 
     def __init__(self, text: str, tree: n.Node) -> None:
+        from amps.expr.codegen import build
+
         self.text = text
         self.tree = tree
         self.key = _cast_key(build(text, tree, "key"))

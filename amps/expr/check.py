@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import enum
-
 from amps.errors import FilterSyntaxError
 from amps.expr import nodes as n
+from amps.expr.kinds import ExprKind
 from amps.expr.registry import FUNCTIONS, Category, FunctionSpec
 
-
-class ExprKind(enum.Enum):
-    """Where an expression is used; each place allows a different set of functions."""
-
-    FILTER = "filter"  # subscription / sow filter
-    QUEUE_FILTER = "queue-filter"  # queue <Filter> (config)
-    PRIORITY = "priority"  # queue <Priority> (config, SPEC A2)
-    BARRIER = "barrier"  # queue <BarrierExpression> (config, SPEC A3)
-    SOW_DELETE_FILTER = "sow-delete-filter"  # sow_delete by filter (SPEC Q10)
+__all__ = ["ExprKind", "check_tree"]
 
 
 _CONFIG_KINDS = frozenset({ExprKind.QUEUE_FILTER, ExprKind.PRIORITY, ExprKind.BARRIER})
