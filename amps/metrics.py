@@ -7,13 +7,16 @@ the collectors and `docs/reference/metrics.md` (`python -m amps.tools.metricsdoc
 
 from __future__ import annotations
 
+import bisect
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, cast
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+if TYPE_CHECKING:
+    # prometheus_client (and the http.server and email modules it imports) is loaded at the
+    # first scrape, not at start: nothing before a first delivery needs it.
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from amps.queue import QueueStatistics
 
@@ -323,13 +326,17 @@ def all_metrics() -> list[MetricSpec]:
 
 
 def _family(spec: MetricSpec) -> CounterMetricFamily | GaugeMetricFamily:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
     if spec.kind == "counter":
         return CounterMetricFamily(spec.name, spec.help, labels=list(spec.labels))
     assert spec.kind == "gauge"
     return GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
 
 
-class _InstanceCollector(Collector):
+class _InstanceCollector:
+    """A prometheus_client collector (duck-typed: registering only needs `collect`)."""
+
     def __init__(self, snapshot: Callable[[], InstanceSnapshot]) -> None:
         self._snapshot = snapshot
 
@@ -362,23 +369,61 @@ class _InstanceCollector(Collector):
         yield expired
 
 
+class _FsyncHistogram:
+    """The fsync latency histogram, counted here and exposed as prometheus_client's `Histogram`
+    would expose it (`_bucket`, `_count`, `_sum`, `_created`), without importing it at start."""
+
+    def __init__(self, node: str) -> None:
+        self._node = node
+        self._bounds = (*(float(b) for b in FSYNC_BUCKETS_SECONDS), float("inf"))
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        self._created = time.time()
+
+    def observe(self, seconds: float) -> None:
+        self._sum += seconds
+        self._counts[bisect.bisect_left(self._bounds, seconds)] += 1
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client import metrics as prometheus_metrics
+        from prometheus_client.core import HistogramMetricFamily
+        from prometheus_client.samples import Sample
+        from prometheus_client.utils import floatToGoString
+
+        le_text = cast(Callable[[float], str], floatToGoString)
+
+        family = HistogramMetricFamily(
+            FSYNC_SECONDS.name, FSYNC_SECONDS.help, labels=list(FSYNC_SECONDS.labels)
+        )
+        cumulative = 0.0
+        buckets: list[tuple[str, float]] = []
+        for bound, count in zip(self._bounds, self._counts, strict=True):
+            cumulative += count
+            buckets.append((le_text(bound), cumulative))
+        family.add_metric([self._node], buckets, self._sum)
+        # getattr: the switch behind PROMETHEUS_DISABLE_CREATED_SERIES, as Histogram reads it.
+        if getattr(prometheus_metrics, "_use_created", True):
+            name = f"{FSYNC_SECONDS.name}_created"
+            family.samples.append(Sample(name, {"node": self._node}, self._created))
+        yield family
+
+
 class Metrics:
     """A registry per instance (no global state, nothing at import time)."""
 
     def __init__(self, node: str, snapshot: Callable[[], InstanceSnapshot]) -> None:
-        self.registry = CollectorRegistry()
-        self.registry.register(_InstanceCollector(snapshot))
-        self.fsync_seconds = Histogram(
-            FSYNC_SECONDS.name,
-            FSYNC_SECONDS.help,
-            labelnames=list(FSYNC_SECONDS.labels),
-            buckets=FSYNC_BUCKETS_SECONDS,
-            registry=self.registry,
-        ).labels(node=node)
+        self._snapshot = snapshot
+        self._fsync = _FsyncHistogram(node)
+        self._collectors = (_InstanceCollector(snapshot), self._fsync)
 
     def observe_fsync(self, seconds: float) -> None:
-        self.fsync_seconds.observe(seconds)
+        self._fsync.observe(seconds)
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""
-        return generate_latest(self.registry)
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        registry = CollectorRegistry()
+        for collector in self._collectors:
+            registry.register(collector)
+        return generate_latest(registry)
