@@ -33,6 +33,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "decode",
     "decode_payload",
+    "decode_publishes",
     "encode",
     "encode_payload",
     "encode_publish",
@@ -380,6 +381,82 @@ def decode(
     if offset < stop and remaining != 0:
         frame_length(buf, offset, stop)  # a partial header must at least start with the magic
     return records, offset
+
+
+def decode_publishes(
+    buf: bytes, offset: int, end: int, from_txid: int, upper_txid: int, limit: int,
+    out: list[PublishRecord],
+) -> tuple[int, int]:  # fmt: skip
+    """Append the publishes of txids from_txid..upper_txid among the complete frames from
+    `offset` (at most `limit` of them); return (offset reached, next txid to read).
+
+    What a record cache needs from a range of the log: other records and those before
+    from_txid are checked (magic, length, CRC) but never built. The CRC runs over the head and
+    the data separately, so the data is copied once. The offset reached stops before an
+    incomplete frame, after `limit` publishes, or at the first frame past `upper_txid`; damage
+    raises CorruptRecord whose `offset` is the damaged frame's offset in `buf`.
+    """
+    unpack_header = HEADER.unpack_from
+    unpack_publish = _PUBLISH.unpack_from
+    unpack_txid = _U64.unpack_from
+    name_cache = _name_cache
+    fixed = _PUBLISH.size
+    next_txid = from_txid
+    while end - offset >= HEADER_SIZE_BYTES and limit > 0:
+        magic, crc, length = unpack_header(buf, offset)
+        start = offset + HEADER_SIZE_BYTES
+        if magic != MAGIC or length == 0 or length > MAX_PAYLOAD_BYTES:
+            frame_length(buf, offset, end)  # raises with the precise reason
+        stop_at = start + length
+        if stop_at > end:
+            break
+        if length < 17:  # kind u8, txid u64, timestamp u64: every kind starts so
+            if _crc_value(buf[offset + 8 : stop_at]) != crc:
+                raise CorruptRecord("frame checksum mismatch", offset=offset)
+            raise CorruptRecord("malformed record payload: too short", offset=offset)
+        (txid,) = unpack_txid(buf, start + 1)
+        if txid > upper_txid:
+            break
+        if buf[start] == _KIND_PUBLISH and txid >= from_txid:
+            if length < fixed:
+                raise CorruptRecord("malformed record payload: short publish", offset=offset)
+            _, txid, ts, pub, seq, otx, exp, lt, loi, log, lc = unpack_publish(buf, start)
+            a = start + fixed
+            b = a + lt
+            c = b + loi
+            d = c + log
+            e = d + lc
+            if e > stop_at:
+                if _crc_value(buf[offset + 8 : stop_at]) != crc:
+                    raise CorruptRecord("frame checksum mismatch", offset=offset)
+                raise CorruptRecord("publish record strings overrun the payload", offset=offset)
+            data = buf[e:stop_at]
+            if _crc_extend(_crc_value(buf[offset + 8 : e]), data) != crc:
+                raise CorruptRecord("frame checksum mismatch", offset=offset)
+            key = buf[a - 8 : d]
+            names = name_cache.get(key)
+            try:
+                if names is None:
+                    names = (buf[a:b].decode(), buf[b:c].decode(), buf[c:d].decode())
+                    if len(name_cache) >= _NAME_CACHE_ENTRIES:
+                        name_cache.clear()
+                    name_cache[key] = names
+                corr = buf[d:e].decode() if lc else ""
+            except UnicodeDecodeError as exc:
+                raise CorruptRecord(f"malformed record payload: {exc}", offset=offset) from None
+            rec = _PublishSlots(
+                txid, ts, names[0], data, pub, seq, names[1], names[2], otx, corr, exp
+            )  # fmt: skip
+            rec.__class__ = PublishRecord  # type: ignore[assignment]
+            out.append(rec)  # type: ignore[arg-type]
+            limit -= 1
+        elif _crc_value(buf[offset + 8 : stop_at]) != crc:
+            raise CorruptRecord("frame checksum mismatch", offset=offset)
+        offset = stop_at
+        next_txid = txid + 1
+    if offset < end and limit > 0 and end - offset < HEADER_SIZE_BYTES:
+        frame_length(buf, offset, end)  # a partial header must at least start with the magic
+    return offset, next_txid
 
 
 def find_next_frame(buf: bytes | memoryview, start: int, end: int) -> int | None:

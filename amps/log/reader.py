@@ -8,7 +8,7 @@ from pathlib import Path
 
 from amps.errors import CorruptRecord
 from amps.log import codec
-from amps.log.records import Record
+from amps.log.records import PublishRecord, Record
 from amps.log.segments import SegmentBuilder, SegmentSummary, segment_name
 
 __all__ = ["Segment", "SegmentFiles", "SegmentReader"]
@@ -105,6 +105,63 @@ class SegmentReader:
                 skip -= dropped
             out.extend(records)
             offset += consumed
+
+    def read_publishes(
+        self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int
+    ) -> list[PublishRecord]:
+        """The publishes among txids from_txid..upper_txid (at most max_records), oldest first.
+
+        Other records in the range are checked but not built (see codec.decode_publishes).
+        """
+        out: list[PublishRecord] = []
+        firsts = [s.first_txid for s in segments]
+        i = max(0, bisect_right(firsts, from_txid) - 1)
+        txid = from_txid
+        while len(out) < max_records and txid <= upper_txid and i < len(segments):
+            segment = segments[i]
+            if txid > segment.last_txid:
+                i += 1
+                continue
+            upper = min(upper_txid, segment.last_txid)
+            txid = self._read_segment_publishes(segment, txid, upper, max_records, out)
+        return out
+
+    def _read_segment_publishes(
+        self, segment: Segment, from_txid: int, upper_txid: int, max_records: int,
+        out: list[PublishRecord],
+    ) -> int:  # fmt: skip
+        """Read publishes from_txid..upper_txid of one segment into `out`; the next txid."""
+        j = bisect_right(segment.index_txids, from_txid) - 1
+        assert j >= 0, (segment.first_txid, from_txid)
+        offset = segment.index_offsets[j]
+        average = segment.size_bytes // max(1, segment.record_count)
+        records = min(upper_txid, from_txid + max_records) - segment.index_txids[j] + 1
+        size = max(MIN_READ_BYTES, records * average + average)
+        fd = self._fd(segment.first_txid)
+        txid = from_txid
+        while txid <= upper_txid and len(out) < max_records:
+            chunk = os.pread(fd, size, offset)
+            try:
+                consumed, txid = codec.decode_publishes(
+                    chunk, 0, len(chunk), txid, upper_txid, max_records - len(out), out
+                )
+            except CorruptRecord as exc:
+                name = segment_name(segment.first_txid)
+                raise CorruptRecord(
+                    f"{exc.message} in segment {name} at offset {offset + exc.offset}",
+                    segment=name,
+                    offset=offset + exc.offset,
+                ) from None
+            if not consumed:
+                if len(chunk) < size:
+                    name = segment_name(segment.first_txid)
+                    raise CorruptRecord(
+                        f"segment {name} ends before txid {upper_txid}", segment=name, offset=offset
+                    )
+                size *= 2  # one frame longer than the read
+                continue
+            offset += consumed
+        return txid
 
     def close(self) -> None:
         self._files.close()

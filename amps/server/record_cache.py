@@ -1,7 +1,23 @@
-"""A bounded cache of recent publish records by txid, so queue deliveries rarely read the journal.
+"""A bounded cache of publish records by txid, so queue deliveries rarely read the journal.
 
-Queues keep no second copy of a message body (Q3); this cache holds the newest records only and
-falls back to a batched journal read, which also warms the cache for the records that follow.
+Queues keep no second copy of a message body (Q3). The cache has two parts, both first in,
+first out and bounded by payload bytes:
+
+- the *recent* part holds the newest durable publishes (`put`, from the commit path): while
+  consumers keep up with publishers, every delivery is found here;
+- the *read-ahead* part holds what a miss read from the journal: when consumers fall behind
+  (a backlog larger than the recent part), a miss reads the next `READ_AHEAD_RECORDS` publishes
+  in one go, and the deliveries that follow find them here. Read-ahead never evicts recent
+  records: a single FIFO would let each read-ahead push out the oldest recent records, exactly
+  the ones the consumers reach next, so a lagging queue would miss on every message until the
+  publishers stopped long enough.
+
+A read stops before the oldest recent record (it is in memory already) and builds only the
+publishes of the range (`SegmentReader.read_publishes`): queue removal records interleaved in
+the log are checked, not decoded.
+
+Memory: at most `max_bytes` + `read_ahead_bytes` of payload plus ~RECORD_OVERHEAD_BYTES per
+record: 32 MiB + 4 MiB by default, whatever the number of queues or messages.
 """
 
 from __future__ import annotations
@@ -12,6 +28,7 @@ from amps.log.journal import Journal
 from amps.log.records import PublishRecord
 
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+DEFAULT_READ_AHEAD_BYTES = 4 * 1024 * 1024
 READ_AHEAD_RECORDS = 256
 # Measured with tracemalloc: a cached record costs ~300 bytes beyond its payload (the record
 # object, its dict and deque entries).
@@ -19,40 +36,76 @@ RECORD_OVERHEAD_BYTES = 300
 
 
 class RecordCache:
-    """txid -> PublishRecord for the most recent records, bounded by payload bytes."""
+    """txid -> PublishRecord for the most recent records and the last ones read, bounded."""
 
-    def __init__(self, journal: Journal, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
+    ) -> None:
         self._journal = journal
-        self._records: dict[int, PublishRecord] = {}
-        self._order: deque[int] = deque()
-        self._bytes = 0
+        # One dict for both parts (one look-up per hit); each txid is in one part's order.
+        self.records: dict[int, PublishRecord] = {}
+        self._recent: deque[int] = deque()
+        self._recent_bytes = 0
+        self._read: deque[int] = deque()
+        self._read_bytes = 0
         self.max_bytes = max_bytes
+        self.read_ahead_bytes = read_ahead_bytes
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self.records)
 
     def put(self, record: PublishRecord) -> None:
-        if record.txid in self._records:
+        """A newly durable publish."""
+        records = self.records
+        txid = record.txid
+        if txid in records:
             return
-        self._records[record.txid] = record
-        self._order.append(record.txid)
-        self._bytes += len(record.data) + RECORD_OVERHEAD_BYTES
-        while self._bytes > self.max_bytes and self._order:
-            old = self._records.pop(self._order.popleft(), None)
-            if old is not None:
-                self._bytes -= len(old.data) + RECORD_OVERHEAD_BYTES
+        records[txid] = record
+        order = self._recent
+        order.append(txid)
+        self._recent_bytes += len(record.data) + RECORD_OVERHEAD_BYTES
+        if self._recent_bytes > self.max_bytes:
+            while self._recent_bytes > self.max_bytes and order:
+                old = records.pop(order.popleft(), None)
+                if old is not None:
+                    self._recent_bytes -= len(old.data) + RECORD_OVERHEAD_BYTES
 
     def get(self, txid: int) -> PublishRecord | None:
         """The record, from memory or the journal; None if txid is not a publish."""
-        record = self._records.get(txid)
+        record = self.records.get(txid)
         if record is not None:
             return record
+        return self._miss(txid)
+
+    def _miss(self, txid: int) -> PublishRecord | None:
         self.misses += 1
-        found = None
-        for item in self._journal.read(txid, READ_AHEAD_RECORDS):
-            if isinstance(item, PublishRecord):
-                self.put(item)
-                if item.txid == txid:
-                    found = item
-        return found
+        journal = self._journal
+        upper = journal.durable_txid
+        if self._recent and txid < self._recent[0]:
+            upper = min(upper, self._recent[0] - 1)  # the rest is in memory already
+        start = max(txid, journal.first_txid)
+        if start > upper:
+            return None
+        found = journal.reader.read_publishes(journal.segments(), start, upper, READ_AHEAD_RECORDS)
+        records = self.records
+        order = self._read
+        added = 0
+        for item in found:
+            if item.txid not in records:
+                records[item.txid] = item
+                order.append(item.txid)
+                added += len(item.data) + RECORD_OVERHEAD_BYTES
+        self._read_bytes += added
+        # Evict the oldest read-ahead, never what this read just brought in.
+        keep = len(found)
+        while self._read_bytes > self.read_ahead_bytes and len(order) > keep:
+            old = records.pop(order.popleft(), None)
+            if old is not None:
+                self._read_bytes -= len(old.data) + RECORD_OVERHEAD_BYTES
+        if found and found[0].txid == txid:
+            return found[0]
+        return None

@@ -1,0 +1,124 @@
+"""SegmentReader.read_publishes (codec.decode_publishes): exactly the publishes Journal.read
+returns for a range, other records checked but not built; damage is CorruptRecord."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from amps.errors import CorruptRecord
+from amps.log import codec
+from amps.log.journal import Journal
+from amps.log.records import Bookmark, PublishRecord, QueueAction, QueueRecord, TransferRecord
+from amps.log.segments import segment_name
+
+SEGMENT_SIZE_BYTES = 16 * 1024
+
+
+async def _journal(directory: Path, count: int) -> Journal:
+    journal = Journal.open(directory, segment_size_bytes=SEGMENT_SIZE_BYTES)
+    for i in range(1, count + 1):
+        if i % 7 == 0:
+            journal.append(QueueRecord(0, 0, "q", QueueAction.ACK, txids=(i - 1,), reason="r"))
+        elif i % 11 == 0:
+            journal.append(TransferRecord(0, 0, "q", Bookmark(1, i), "a", "b"))
+        else:
+            journal.append_publish(
+                topic="orders" if i % 3 else "tópico/ü",
+                data=(b"m%05d" % i) * (i % 40),
+                publisher_id=2**63 + i % 4,
+                seq=i,
+                timestamp_us=1_700_000_000_000_000 + i,
+                correlation_id="" if i % 2 else f"c{i}",
+                expiration_s=i % 5,
+                origin_instance="" if i % 5 else "other",
+                origin_group="" if i % 5 else "g",
+                origin_txid=0 if i % 5 else i * 3,
+            )
+    await journal.commit()
+    return journal
+
+
+def _expected(journal: Journal, from_txid: int, upper: int, limit: int) -> list[PublishRecord]:
+    from_txid = max(from_txid, journal.first_txid)
+    wanted = max(0, min(upper, journal.durable_txid) - from_txid + 1)
+    records = journal.read(from_txid, wanted)
+    return [r for r in records if isinstance(r, PublishRecord)][:limit]
+
+
+def _read(journal: Journal, from_txid: int, upper: int, limit: int) -> list[PublishRecord]:
+    from_txid = max(from_txid, journal.first_txid)
+    upper = min(upper, journal.durable_txid)
+    return journal.reader.read_publishes(journal.segments(), from_txid, upper, limit)
+
+
+async def test_publish_reads_match_journal_reads(tmp_path: Path) -> None:
+    journal = await _journal(tmp_path, 600)
+    assert journal.segment_count > 3
+    try:
+        for from_txid in (0, 1, 2, 6, 7, 50, 133, 599, 600, 601):
+            for upper, limit in ((600, 10_000), (600, 1), (600, 37), (140, 1000), (10, 1000)):
+                got = _read(journal, from_txid, upper, limit)
+                assert got == _expected(journal, from_txid, upper, limit), (from_txid, upper)
+                assert all(type(r) is PublishRecord for r in got)
+    finally:
+        await journal.close()
+
+
+async def test_publish_reads_stop_at_the_upper_txid(tmp_path: Path) -> None:
+    journal = await _journal(tmp_path, 20)
+    journal.append_publish(topic="t", data=b"x", publisher_id=1, seq=99, timestamp_us=1)
+    try:
+        got = _read(journal, 1, 1_000, 1_000)
+        assert [r.txid for r in got] == [r.txid for r in _expected(journal, 1, 20, 1_000)]
+        assert _read(journal, 21, 1_000, 1_000) == []
+    finally:
+        await journal.close()
+
+
+def test_decode_publishes_skips_other_records_and_reports_the_next_txid() -> None:
+    publish = PublishRecord(5, 9, "t", b"data", 3, 4, correlation_id="c")
+    removal = QueueRecord(6, 9, "q", QueueAction.ACK, txids=(5,), reason="")
+    later = PublishRecord(7, 9, "t", b"more", 3, 5)
+    buf = codec.encode(publish) + codec.encode(removal) + codec.encode(later)
+    out: list[PublishRecord] = []
+    offset, next_txid = codec.decode_publishes(buf, 0, len(buf), 5, 6, 100, out)
+    assert out == [publish]
+    assert next_txid == 7
+    assert offset == len(codec.encode(publish)) + len(codec.encode(removal))
+    out.clear()
+    # A limit stops right after the last publish taken; an incomplete frame is not consumed.
+    offset, next_txid = codec.decode_publishes(buf, 0, len(buf) - 1, 0, 100, 1, out)
+    assert (out, next_txid, offset) == ([publish], 6, len(codec.encode(publish)))
+    out.clear()
+    offset, next_txid = codec.decode_publishes(buf, 0, len(buf) - 1, 6, 100, 5, out)
+    assert (out, next_txid) == ([], 7)
+
+
+@pytest.mark.parametrize("position", [0, 5, 8, 30, -1])
+def test_decode_publishes_damage_is_corrupt_record(position: int) -> None:
+    buf = bytearray(
+        codec.encode(QueueRecord(1, 9, "q", QueueAction.ACK, txids=(5,), reason=""))
+        + codec.encode(PublishRecord(2, 9, "t", b"data" * 10, 3, 4))
+    )
+    at = len(buf) - 30 if position == 0 else position % len(buf)
+    buf[at] ^= 0x40
+    with pytest.raises(CorruptRecord):
+        codec.decode_publishes(bytes(buf), 0, len(buf), 0, 100, 100, [])
+
+
+async def test_damage_names_the_segment_and_offset(tmp_path: Path) -> None:
+    journal = await _journal(tmp_path, 40)
+    await journal.close()
+    segment = tmp_path / segment_name(1)
+    raw = bytearray(segment.read_bytes())
+    raw[300] ^= 0xFF
+    segment.write_bytes(bytes(raw))
+    journal = Journal.open(tmp_path, segment_size_bytes=SEGMENT_SIZE_BYTES, read_only=True)
+    try:
+        with pytest.raises(CorruptRecord) as info:
+            _read(journal, 1, 40, 1_000)
+        assert info.value.segment == segment.name
+    finally:
+        journal.close_read_only()
