@@ -12,22 +12,25 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import orjson
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from amps import errors
 from amps.config import Config
 from amps.log.journal import Journal
-from amps.metrics import InstanceSnapshot, Metrics, QueueSnapshot
 from amps.server.admin_http import AdminHttpServer
 from amps.server.admin_routes import QUEUES_PATH, QueueRoutes
 from amps.server.client_service import ClientService, add_to_server
 from amps.server.fatal import FatalReason, fatal
 from amps.server.instance import Instance
 from amps.v1 import client_pb2
+
+if TYPE_CHECKING:
+    # Loaded at the first scrape or fsync: nothing before a first delivery needs them.
+    from amps.metrics import InstanceSnapshot, Metrics
 
 log = logging.getLogger("amps.server")
 
@@ -37,6 +40,42 @@ MMAP_THRESHOLD_BYTES = 128 * 1024
 
 # A frame holds many messages; each message is capped separately by MaxMessageSize.
 GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+# grpc_reflection's SERVICE_NAME, spelled out so that the module loads with the first request.
+REFLECTION_SERVICE = "grpc.reflection.v1alpha.ServerReflection"
+
+
+class LazyReflection:
+    """gRPC server reflection (for grpcurl and the like), imported by its first request.
+
+    The same servicer `reflection.enable_server_reflection` installs on an asyncio server;
+    importing it (and the descriptor protos it reads) at start would delay the first delivery.
+    A generic RPC handler: gRPC calls `service` for a method no other handler registered.
+    """
+
+    def __init__(self, service_names: tuple[str, ...]) -> None:
+        self._service_names = service_names
+        self._handler: grpc.GenericRpcHandler | None = None
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        method: str = getattr(handler_call_details, "method", "")
+        if not method.startswith(f"/{REFLECTION_SERVICE}/"):
+            return None
+        if self._handler is None:
+            from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+            servicer = reflection.aio.ReflectionServicer(self._service_names)
+            info = grpc.stream_stream_rpc_method_handler(
+                servicer.ServerReflectionInfo,
+                request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+                response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+            )
+            self._handler = grpc.method_handlers_generic_handler(
+                REFLECTION_SERVICE, {"ServerReflectionInfo": info}
+            )
+        return self._handler.service(handler_call_details)
 
 
 class Server:
@@ -81,8 +120,7 @@ class Server:
         if self.config.transaction_log is None:
             fatal(FatalReason.CONFIG_INVALID, "AMPSConfig/TransactionLog is required")
         journal = self._open_journal()
-        self.metrics = Metrics(self.config.name, self.snapshot)
-        journal.on_fsync = self.metrics.observe_fsync
+        journal.on_fsync = self._observe_fsync
         self.instance = Instance(self.config, journal, self._on_fatal)
         await self.instance.start(self._journal_directory())
         await self._start_grpc()
@@ -122,9 +160,9 @@ class Server:
         names = (
             client_pb2.DESCRIPTOR.services_by_name["Amps"].full_name,
             health.SERVICE_NAME,
-            reflection.SERVICE_NAME,
+            REFLECTION_SERVICE,
         )
-        reflection.enable_server_reflection(names, server)
+        server.add_generic_rpc_handlers((LazyReflection(names),))
         address = f"{transport.inet_addr.host}:{transport.inet_addr.port}"
         try:
             self.grpc_port = server.add_insecure_port(address)
@@ -140,14 +178,12 @@ class Server:
         admin = self.config.admin
         if admin is None or admin.inet_addr is None:
             return
-        assert self.metrics is not None
         assert self.instance is not None
-        metrics = self.metrics
         queue_manager = self.instance.queues
         queues = QueueRoutes(self.config.name, lambda: queue_manager.drivers)
         self._admin = AdminHttpServer(
             {
-                "/metrics": lambda: ("text/plain; version=0.0.4", metrics.render()),
+                "/metrics": lambda: ("text/plain; version=0.0.4", self._metrics().render()),
                 "/amps/instance": self._status_json,
                 "/amps/instance.json": self._status_json,
                 QUEUES_PATH: queues.list_json,
@@ -161,6 +197,16 @@ class Server:
         except OSError as exc:
             addr = f"{admin.inet_addr.host}:{admin.inet_addr.port}"
             fatal(FatalReason.ADDRESS_IN_USE, f"admin http cannot listen on {addr}: {exc}")
+
+    def _metrics(self) -> Metrics:
+        if self.metrics is None:
+            from amps.metrics import Metrics
+
+            self.metrics = Metrics(self.config.name, self.snapshot)
+        return self.metrics
+
+    def _observe_fsync(self, seconds: float) -> None:
+        self._metrics().observe_fsync(seconds)
 
     def _status_json(self) -> tuple[str, bytes]:
         s = self.snapshot()
@@ -182,6 +228,8 @@ class Server:
 
     def snapshot(self) -> InstanceSnapshot:
         """Statistics for metrics and the admin JSON."""
+        from amps.metrics import InstanceSnapshot, QueueSnapshot
+
         instance = self.instance
         assert instance is not None
         journal = instance.journal
