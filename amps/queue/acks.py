@@ -10,10 +10,12 @@ instead: on the cancel that makes the count exceed MaxCancels. (The reference ta
 
 from __future__ import annotations
 
-from amps.queue.actions import NO_REASON, Action, ExpireReason, RemovalReason
-from amps.queue.events import Acked, AckedByFilter, AckOption
+from collections.abc import Sequence
+
+from amps.queue.actions import NO_REASON, Action, ExpireReason, RecordRemoval, RemovalReason
+from amps.queue.events import Acked, AckedByFilter, AckOption, Bookmark
 from amps.queue.state import QueueState
-from amps.queue.table import AVAILABLE, COUNT_MAX, INACTIVE, LEASED, REMOVED
+from amps.queue.table import AVAILABLE, BARRIER, COUNT_MAX, INACTIVE, LEASED, REMOVED
 
 
 def on_acked(state: QueueState, event: Acked, now_ms: int, actions: list[Action]) -> None:
@@ -22,11 +24,14 @@ def on_acked(state: QueueState, event: Acked, now_ms: int, actions: list[Action]
     A plain ack under `sublet` leasing always removes the row, so it skips `ack_slot`'s
     checks (the hot path: one lookup and one removal per bookmark).
     """
+    option = event.option
+    plain = option is AckOption.NONE and state.policy.leasing == "sublet"
+    if plain and not state.at_most_once_sent:
+        _ack_plain(state, event.bookmarks, now_ms, actions)
+        return
     find = state.bookmarks.find
     table = state.table
     at_most_once_sent = state.at_most_once_sent
-    option = event.option
-    plain = option is AckOption.NONE and state.policy.leasing == "sublet"
     for publisher_id, seq in event.bookmarks:
         txid = find(publisher_id, seq)
         if txid is not None and at_most_once_sent and txid in at_most_once_sent:
@@ -42,6 +47,60 @@ def on_acked(state: QueueState, event: Acked, now_ms: int, actions: list[Action]
             state.remove(slot, RemovalReason.ACKED, actions)
         else:
             ack_slot(state, slot, event.client_id, option, now_ms, actions)
+
+
+def _ack_plain(
+    state: QueueState, bookmarks: Sequence[Bookmark], now_ms: int, actions: list[Action]
+) -> None:
+    """`on_acked` for a plain ack under `sublet` with no at-most-once message awaiting its ack.
+
+    Every found row is removed; a leased one (the usual case) is removed inline, and the
+    counts and the table head are fixed up once at the end (as `QueueState.remove` each).
+    """
+    index = state.bookmarks
+    table = state.table
+    rows = table.txid
+    row_state = table.state
+    flags = table.flags
+    lease_sub = table.lease_sub
+    base = table.base
+    count = len(rows)
+    subs = state.subs
+    append = actions.append
+    acked = RemovalReason.ACKED
+    removed = 0
+    for bookmark, txid in zip(bookmarks, index.find_many(bookmarks), strict=True):
+        if txid is None:
+            publisher_id, seq = bookmark
+            if not index.seen(publisher_id, seq):
+                state.defer_ack(publisher_id, seq, now_ms)
+            continue
+        slot = txid - base
+        if not (0 <= slot < count and rows[slot] == txid):
+            slot = table.slot_of(txid)
+            if slot < 0:
+                continue
+        kind = row_state[slot]
+        if kind == LEASED and not flags[slot] & BARRIER:
+            sub = subs[lease_sub[slot]]
+            assert sub is not None
+            sub.leased.remove(txid)
+            row_state[slot] = REMOVED  # table.mark_removed(), the head moves once below
+            lease_sub[slot] = -1
+            append(RecordRemoval(txid, acked))
+            removed += 1
+        elif kind != REMOVED:
+            state.remove(slot, acked, actions)
+    if removed:
+        table.removed_count += removed
+        head = table.head
+        while head < count and row_state[head] == REMOVED:
+            head += 1
+        table.head = head
+        state.leased_total -= removed
+        state.active_count -= removed
+        state.removals_since_check += removed
+        state.counters.acked_total += removed
 
 
 def on_acked_by_filter(

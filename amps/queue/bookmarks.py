@@ -2,7 +2,7 @@
 
 A publisher's sequence numbers increase in log order (L2, L4), so each publisher keeps two
 parallel arrays sorted by seq and a lookup is a bisect (or one subtraction while the
-publisher's seqs in this queue have no gaps): 16 bytes per message. A seq that
+publisher's newest seqs in this queue have no gaps): 16 bytes per message. A seq that
 arrives out of order (should not happen) falls back to a small dict.
 """
 
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable
-from itertools import compress
+from collections.abc import Callable, Sequence
+from itertools import compress, islice
+from operator import lt
 
-from amps.queue.columns import Column, ColumnFactory, as_array, memory_columns, tail
+from amps.queue.columns import Column, ColumnFactory, as_array, extend, memory_columns, tail
 
 
 class PublisherRun:
@@ -51,12 +52,34 @@ class BookmarkIndex:
         run.seqs.append(seq)
         run.txids.append(txid)
 
+    def add_many(self, publisher_ids: list[int], seqs: list[int], txids: list[int]) -> None:
+        """`add` of each message in turn; one publisher's increasing seqs in bulk (usual)."""
+        count = len(txids)
+        publisher_id = publisher_ids[0] if count else 0
+        last = self._max_seq.get(publisher_id)
+        run = self._runs.get(publisher_id)
+        if (
+            run is None
+            or publisher_ids.count(publisher_id) != count
+            or (last is not None and seqs[0] <= last)
+            or not all(map(lt, seqs, islice(seqs, 1, None)))
+        ):
+            for publisher_id, seq, txid in zip(publisher_ids, seqs, txids, strict=True):
+                self.add(publisher_id, seq, txid)
+            return
+        self.entry_count += count
+        self._max_seq[publisher_id] = seqs[-1]
+        extend(run.seqs, seqs)
+        extend(run.txids, txids)
+
     def find(self, publisher_id: int, seq: int) -> int | None:
         """The txid of the bookmark, or None if it is not indexed."""
         run = self._runs.get(publisher_id)
         if run is not None:
             seqs = run.seqs
-            i = seq - seqs[0]  # dense seqs: no search
+            # Counted from the newest entry: acks name recent messages, and the newest seqs
+            # stay dense after compaction squeezed out older holes.
+            i = len(seqs) - 1 - (seqs[-1] - seq)
             if not (0 <= i < len(seqs) and seqs[i] == seq):
                 i = bisect_left(seqs, seq)
             if i < len(seqs) and seqs[i] == seq:
@@ -64,6 +87,36 @@ class BookmarkIndex:
         if not self._unordered:
             return None
         return self._unordered.get((publisher_id, seq))
+
+    def find_many(self, bookmarks: Sequence[tuple[int, int]]) -> list[int | None]:
+        """`find` of each bookmark, in order (the run is looked up once per publisher change)."""
+        found: list[int | None] = []
+        append = found.append
+        runs = self._runs
+        unordered = self._unordered
+        publisher = None
+        seqs: Column | None = None
+        txids: Column | None = None
+        top = last_seq = 0
+        for publisher_id, seq in bookmarks:
+            if publisher_id != publisher:
+                publisher = publisher_id
+                run = runs.get(publisher_id)
+                seqs = txids = None
+                if run is not None:
+                    seqs, txids = run.seqs, run.txids
+                    top = len(seqs) - 1
+                    last_seq = seqs[top]
+            if seqs is not None:
+                assert txids is not None
+                i = top - (last_seq - seq)  # as in `find`: counted from the newest entry
+                if not (0 <= i <= top and seqs[i] == seq):
+                    i = bisect_left(seqs, seq)
+                if i <= top and seqs[i] == seq:
+                    append(txids[i])
+                    continue
+            append(unordered.get((publisher_id, seq)) if unordered else None)
+        return found
 
     def seen(self, publisher_id: int, seq: int) -> bool:
         """True if a message at or after this bookmark of its publisher was ever indexed."""

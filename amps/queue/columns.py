@@ -70,6 +70,16 @@ def as_array(column: Column, typecode: str, start: int = 0) -> array[int]:
     return array(typecode, islice(column, start, None))
 
 
+def extend(column: Column, values: Iterable[int]) -> None:
+    """Append every value: in C for in-memory columns, one `append` each otherwise."""
+    method = getattr(column, "extend", None)
+    if method is not None:
+        method(values)
+    else:
+        for value in values:
+            column.append(value)
+
+
 def tail(column: Column, start: int) -> Iterator[int]:
     """Iterate `column[start:]` without copying a Python list."""
     return islice(column, start, None)

@@ -89,17 +89,34 @@ def expire_deferred_acks(state: QueueState, now_ms: int) -> None:
 
 def next_deadline_ms(state: QueueState) -> int | None:
     """The earliest time at which `run_due` has work, or None."""
-    deadlines: list[int] = []
-    period = state.policy.lease_period_ms
+    best: int | None = None
     heap = state.lease_heap
-    while heap and state.current_lease_slot(heap[0][1], heap[0][2]) < 0:
-        heapq.heappop(heap)
-    if period is not None and heap:
-        deadlines.append(heap[0][0] + period)
+    if heap:  # drop ended leases from the top (current_lease_slot, inlined: every step)
+        table = state.table
+        rows = table.txid
+        row_state = table.state
+        delivery_count = table.delivery_count
+        base = table.base
+        count = len(rows)
+        while heap:
+            _, txid, delivered = heap[0]
+            slot = txid - base
+            if not (0 <= slot < count and rows[slot] == txid):
+                slot = table.slot_of(txid)
+            if slot >= 0 and row_state[slot] == LEASED and delivery_count[slot] == delivered:
+                break
+            heapq.heappop(heap)
+        period = state.policy.lease_period_ms
+        if period is not None and heap:
+            best = heap[0][0] + period
     if _expiry_front(state) < len(state.table):
-        deadlines.append(state.expire_at_ms(state.expiry_slot))
+        best = _earlier(best, state.expire_at_ms(state.expiry_slot))
     if state.expiry_heap:
-        deadlines.append(state.expiry_heap[0][0])
+        best = _earlier(best, state.expiry_heap[0][0])
     if state.deferred_heap:
-        deadlines.append(state.deferred_heap[0][0])
-    return min(deadlines) if deadlines else None
+        best = _earlier(best, state.deferred_heap[0][0])
+    return best
+
+
+def _earlier(best: int | None, deadline_ms: int) -> int:
+    return deadline_ms if best is None or deadline_ms < best else best

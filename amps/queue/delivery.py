@@ -78,6 +78,8 @@ def pump(state: QueueState, now_ms: int, actions: list[Action]) -> int:
     table = state.table
     filtered = [sub for sub in ready if sub.matches is not None]
     delivered = 0
+    if not filtered and not state.barriers and state.table.priority is None:
+        delivered = _pump_fresh(state, ready, queue_limit, fairness, now_ms, actions)
     while ready and state.leased_total < queue_limit:
         found = _next_message(state, ready, filtered)
         if found is None:
@@ -96,6 +98,85 @@ def pump(state: QueueState, now_ms: int, actions: list[Action]) -> int:
                     filtered.remove(sub)
         delivered += 1
     return delivered
+
+
+def _pump_fresh(
+    state: QueueState,
+    ready: list[Subscription],
+    queue_limit: int,
+    fairness: Fairness,
+    now_ms: int,
+    actions: list[Action],
+) -> int:
+    """The common shape, at-least-once: one level, no filter, no barrier, no returned message.
+
+    Delivers from the head of the fresh list while every entry from the head on is known
+    valid (`fresh_live` counts them all: no removal left garbage), so no entry is validated
+    one by one; the messages and subscriptions chosen are those of the general loop, which
+    takes over at the first message this path does not handle (expired, or returned ones
+    waiting). Removes filled subscriptions from `ready`; returns how many it delivered.
+    """
+    policy = state.policy
+    level = state.level0
+    head = level.head
+    fresh = level.fresh
+    available = level.fresh_live
+    if policy.at_most_once or level.returned or len(fresh) - head != available:
+        return 0
+    limit = min(available, queue_limit - state.leased_total)
+    if limit <= 0:
+        return 0
+    table = state.table
+    expires = table.expire_at_ms is not None or policy.expiration_ms is not None
+    rows = table.txid
+    row_state = table.state
+    delivery_count = table.delivery_count
+    lease_sub = table.lease_sub
+    base = table.base
+    row_count = len(rows)
+    period = policy.lease_period_ms
+    deadline_ms = None if period is None else now_ms + period
+    lease_heap = state.lease_heap
+    push = heapq.heappush
+    append = actions.append
+    done = 0
+    expired = False
+    while done < limit and ready and not expired:
+        if len(ready) == 1:  # the usual case after an ack: a run of deliveries to that one
+            sub: Subscription | None = ready[0]
+            run_end = min(limit, done + ready[0].backlog - len(ready[0].leased))
+        else:
+            sub = None  # picked once the message is known deliverable, as the general loop
+            run_end = done + 1
+        run_start = done
+        while done < run_end:
+            txid = fresh[head + done]
+            slot = txid - base
+            if not (0 <= slot < row_count and rows[slot] == txid):
+                slot = table.slot_of(txid)
+            if expires and state.expire_at_ms(slot) <= now_ms:
+                expired = True  # the general loop removes it (found before the sweep)
+                break
+            if sub is None:
+                sub = _pick(state, ready, fairness)
+            assert row_state[slot] == AVAILABLE
+            row_state[slot] = LEASED  # deliver(), inlined for a never delivered message
+            delivery_count[slot] = 1
+            lease_sub[slot] = sub.index
+            push(lease_heap, (now_ms, txid, 1))
+            sub.leased.add(txid)
+            append(Deliver(sub.sub_id, sub.client_id, txid, deadline_ms, 1))
+            done += 1
+        if sub is not None and done > run_start:
+            state.round_robin_last = sub.position  # as _pick does for every delivery
+            if len(sub.leased) >= sub.backlog:
+                ready.remove(sub)
+    if done:
+        level.head = head + done
+        level.fresh_live -= done
+        state.leased_total += done
+        state.counters.delivered_total += done
+    return done
 
 
 def _next_message(

@@ -11,6 +11,8 @@ fairness, barriers), `deadlines` (timers), `acks` (Q10–Q12), `recovery` (repla
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import islice
+from operator import attrgetter, lt
 from typing import Any
 
 from amps.queue import acks, compaction, deadlines, delivery, queries, recovery
@@ -32,6 +34,8 @@ from amps.queue.state import QueueState
 from amps.queue.statistics import QueueStatistics
 from amps.queue.subscriptions import Subscription, effective_backlog
 from amps.queue.table import LEASED, NO_EXPIRY
+
+_priority = attrgetter("priority")
 
 
 class QueueEngine:
@@ -84,13 +88,56 @@ class QueueEngine:
         actions: list[Action] = []
         state = self._state
         deadlines.run_due(state, now_ms, actions)
+        plain = state.accepts_plain_inserts()
+        run: list[MessagePublished] = []  # plain publishes not inserted yet
         for index, event in enumerate(events):
+            if (
+                plain
+                and type(event) is MessagePublished
+                and event.expiration_ms is None
+                and not event.is_barrier
+            ):
+                # Inserted in bulk below: nothing such a message does can make time-driven
+                # work due, so the time-driven passes between them would find nothing.
+                if index and not run:
+                    deadlines.run_due(state, now_ms, actions)
+                run.append(event)
+                continue
+            if run:
+                self._insert_plain(run)
+                run = []
             if index:
                 deadlines.run_due(state, now_ms, actions)
             self._dispatch(event, now_ms, actions)
+            plain = state.accepts_plain_inserts()
+        if run:
+            self._insert_plain(run)
         delivery.settle(state, now_ms, actions)
         compaction.maybe_compact(state)
         return actions
+
+    def _insert_plain(self, events: list[MessagePublished]) -> None:
+        """`_on_message_published` of each event, in bulk (`QueueState.insert_plain_many`)."""
+        state = self._state
+        txids = [e.txid for e in events]
+        if txids[0] <= state.last_txid or not all(map(lt, txids, islice(txids, 1, None))):
+            kept: list[MessagePublished] = []  # replays and re-offers are idempotent
+            last = state.last_txid
+            for event in events:
+                if event.txid > last:
+                    kept.append(event)
+                    last = event.txid
+            if not kept:
+                return
+            events = kept
+            txids = [e.txid for e in kept]
+        assert not any(map(_priority, events))
+        state.insert_plain_many(
+            txids,
+            [e.publisher_id for e in events],
+            [e.seq for e in events],
+            [e.timestamp_ms for e in events],
+        )
 
     def remove_recovered(
         self,

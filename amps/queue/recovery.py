@@ -288,7 +288,7 @@ def restore(state: QueueState, snap: QueueSnapshot, shift_ms: int) -> None:
     if not uniform:
         assert expiries is not None
         table.expire_at_ms = columns("q", expiries)
-    table.base = txids[0] if count else 0
+    table.base = txids[-1] - (count - 1) if count else 0  # as compact() aims it
     # -- expiry order (as `_track_expiry` would have found it, message by message)
     if expiries is not None:
         in_order = bool(snap.hints & HINT_EXPIRIES_IN_ORDER)

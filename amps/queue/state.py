@@ -22,7 +22,7 @@ from amps.queue.actions import (
     RemovalReason,
 )
 from amps.queue.bookmarks import BookmarkIndex
-from amps.queue.columns import ColumnFactory, memory_columns
+from amps.queue.columns import ColumnFactory, extend, memory_columns
 from amps.queue.levels import Level
 from amps.queue.policy import QueuePolicy
 from amps.queue.statistics import Counters
@@ -314,6 +314,41 @@ class QueueState:
             level.fresh_live += 1
             self.activation_slot = slot + 1
         return slot
+
+    def accepts_plain_inserts(self) -> bool:
+        """True when `insert_plain_many` may stand for `insert` (see there)."""
+        policy = self.policy
+        table = self.table
+        return (
+            table.priority is None
+            and table.expire_at_ms is None
+            and policy.expiration_ms is None
+            and policy.target_queue_depth is None
+            and not self.deferred
+        )
+
+    def insert_plain_many(
+        self, txids: list[int], publisher_ids: list[int], seqs: list[int], timestamps_ms: list[int]
+    ) -> None:
+        """`insert` of each message in turn, in bulk, when `accepts_plain_inserts()`.
+
+        For messages without priority, barrier or expiration, with increasing txids: no
+        queue-wide expiration, priority or TargetQueueDepth, and no deferred ack waiting, so
+        every message becomes AVAILABLE at the end of the fresh list and nothing else changes.
+        """
+        assert self.accepts_plain_inserts()
+        assert txids[0] > self.last_txid
+        count = len(txids)
+        self.last_txid = txids[-1]
+        self.counters.entered_total += count
+        slot = self.table.append_available(txids, timestamps_ms)
+        self.bookmarks.add_many(publisher_ids, seqs, txids)
+        self.active_count += count
+        level = self.level0
+        assert not level.fresh or txids[0] > level.fresh[-1]
+        extend(level.fresh, txids)
+        level.fresh_live += count
+        self.activation_slot = slot + count
 
     def _track_expiry(self, slot: int, expire_at_ms: int, *, own_expiry: bool) -> None:
         table = self.table

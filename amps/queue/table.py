@@ -1,7 +1,7 @@
 """Compact per-message columns indexed by slot: no Python object per queued message (Q3).
 
-Slots follow txid order, so `slot_of(txid)` is a bisect; when the queue sees every txid (no
-gaps since the last compaction) it is one subtraction, checked against the row. Removed
+Slots follow txid order, so `slot_of(txid)` is a bisect; for the newest run of consecutive
+txids (since the last gap or compaction) it is one subtraction, checked against the row. Removed
 messages leave holes that `compact()` squeezes out once they outnumber the live ones
 (amortised O(1) per removal).
 Slots change on compaction: hold txids across events, slots only within one step.
@@ -18,6 +18,7 @@ from amps.queue.columns import (
     ColumnFactory,
     as_array,
     column_bytes,
+    extend,
     memory_columns,
     tail,
 )
@@ -57,7 +58,9 @@ class MessageTable:
         self.expire_at_ms: Column | None = None
         self.head = 0  # every slot before head is REMOVED
         self.removed_count = 0  # REMOVED rows still present
-        self.base = 0  # txid of slot 0: slot_of tries `txid - base` before bisecting
+        # slot_of tries `txid - base` before bisecting: base keeps the newest run of
+        # consecutive txids (where deliveries and acks look) one subtraction away.
+        self.base = 0
 
     def __len__(self) -> int:
         return len(self.txid)
@@ -70,8 +73,9 @@ class MessageTable:
     def append(self, txid: int, timestamp_ms: int, priority: int, flags: int, state: int) -> int:
         """Add a row for a new, newest message; return its slot."""
         assert not self.txid or txid > self.txid[-1], "txids must increase"
-        if not self.txid:
-            self.base = txid
+        slot = len(self.txid)
+        if txid - self.base != slot:  # a gap in the txids (or a compaction): re-aim the guess
+            self.base = txid - slot
         self.txid.append(txid)
         self.timestamp_ms.append(timestamp_ms)
         self.state.append(state)
@@ -83,7 +87,29 @@ class MessageTable:
             self.priority.append(priority)
         if self.expire_at_ms is not None:
             self.expire_at_ms.append(NO_EXPIRY)
-        return len(self.txid) - 1
+        return slot
+
+    def append_available(self, txids: list[int], timestamps_ms: list[int]) -> int:
+        """`append` of each new, newest AVAILABLE message without flags, priority or expiry
+        column, in bulk; return the first slot."""
+        assert self.priority is None
+        assert self.expire_at_ms is None
+        assert txids
+        assert not self.txid or txids[0] > self.txid[-1], "txids must increase"
+        first = len(self.txid)
+        count = len(txids)
+        last = first + count - 1
+        if txids[-1] - self.base != last:  # as `append` leaves it: the newest row's guess
+            self.base = txids[-1] - last
+        extend(self.txid, txids)
+        extend(self.timestamp_ms, timestamps_ms)
+        zeros = bytes(count)
+        extend(self.state, zeros)  # AVAILABLE
+        extend(self.flags, zeros)
+        extend(self.delivery_count, zeros)
+        extend(self.cancel_count, zeros)
+        extend(self.lease_sub, array("i", [-1]) * count)
+        return first
 
     def ensure_expiry_column(self, derived: int | None) -> Column:
         """Create the per-message expiry column, filled from the queue Expiration (or none)."""
@@ -146,7 +172,7 @@ class MessageTable:
             self.expire_at_ms = pick(self.expire_at_ms, "q", head, keep)
         self.head = 0
         self.removed_count = 0
-        self.base = self.txid[0] if self.txid else 0
+        self.base = self.txid[-1] - (len(self.txid) - 1) if self.txid else 0
 
     def _pick(self, column: Column, typecode: str, head: int, keep: bytes | None) -> Column:
         """The rows of `column` from `head` whose `keep` byte is set (all if None), as a new

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
+from collections.abc import Iterator, Sequence
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -11,21 +14,25 @@ from hypothesis import strategies as st
 
 from amps.queue import (
     Acked,
+    AckOption,
     Action,
+    Bookmark,
     Deliver,
     MessagePublished,
     QueueEngine,
     QueuePolicy,
     RecordRemoval,
     RemovalReason,
+    acks,
+    delivery,
 )
 from amps.queue.bookmarks import BookmarkIndex
 from amps.queue.delivery import _pick
 from amps.queue.fairness import pick_proportional, pick_round_robin
 from amps.queue.state import QueueState
 from amps.queue.subscriptions import Subscription
-from amps.queue.table import MessageTable
-from tests.unit.queue.helpers import bookmarks, delivered, published, subscribed
+from amps.queue.table import REMOVED, MessageTable
+from tests.unit.queue.helpers import PUBLISHER, bookmarks, delivered, published, subscribed
 
 
 def test_fast_constructors_keep_the_dataclass_contract() -> None:
@@ -52,7 +59,7 @@ def test_fast_constructors_keep_the_dataclass_contract() -> None:
 def test_handle_many_of_publishes_equals_one_handle_each() -> None:
     """A run of publishes gives the same actions in one step as one step each (Q9 fairness)."""
     for fairness in ("fast", "proportional", "round-robin"):
-        policy = QueuePolicy(fairness=fairness, max_per_subscription_backlog=3)  # type: ignore[arg-type]
+        policy = QueuePolicy(fairness=fairness, max_per_subscription_backlog=3)
         one, many = QueueEngine(policy), QueueEngine(policy)
         for engine in (one, many):
             engine.handle(subscribed("a", "c1", 3), 0)
@@ -147,3 +154,160 @@ def test_bookmark_find_with_gaps_and_compaction_below_a_txid() -> None:
     assert [index.find(9, s) for s in seqs] == [None, None, None, 103, 104, None, 106]
     assert index.find(9, 4) == 200
     assert index.entry_count == 4
+
+
+def test_bookmark_find_many_and_add_many_equal_one_call_each() -> None:
+    """The bulk look-up and insert give what `find` and `add` give one at a time."""
+    rng = random.Random(7)
+    one, bulk = BookmarkIndex(), BookmarkIndex()
+    txid = 0
+    for _ in range(40):
+        size = rng.randint(1, 30)
+        publishers = [rng.choice([3, 3, 3, 4]) for _ in range(size)]
+        if rng.random() < 0.5:
+            publishers = [publishers[0]] * size  # the usual batch: one publisher
+        seqs = [txid + 1 + i + rng.choice([0, 0, 0, 5, -3]) for i in range(size)]
+        txids = list(range(txid + 1, txid + 1 + size))
+        txid += size
+        for publisher_id, seq, t in zip(publishers, seqs, txids, strict=True):
+            one.add(publisher_id, seq, t)
+        bulk.add_many(publishers, seqs, txids)
+        if rng.random() < 0.2:
+            keep = {t for t in range(txid + 1) if rng.random() < 0.5}.__contains__
+            below = rng.randint(0, txid)
+            one.compact(keep, below)
+            bulk.compact(keep, below)
+    assert one.items() == bulk.items()
+    assert one.entry_count == bulk.entry_count
+    marks = [(rng.choice([3, 4, 5]), rng.randint(-2, txid + 10)) for _ in range(3000)]
+    assert bulk.find_many(marks) == [one.find(p, s) for p, s in marks]
+
+
+def test_append_available_equals_append_each() -> None:
+    """Bulk rows: same columns and the same dense guess as one `append` each."""
+    one, bulk = MessageTable(has_priority=False), MessageTable(has_priority=False)
+    batches = [[0, 1, 2], [3, 4], [10, 11, 12], [13], [20, 22, 23], [24, 25]]
+    for batch in batches:
+        for txid in batch:
+            one.append(txid, txid * 10, 0, 0, 0)
+        assert bulk.append_available(batch, [t * 10 for t in batch]) == len(one) - len(batch)
+        assert bulk.base == one.base
+    for name in ("txid", "timestamp_ms", "state", "flags", "delivery_count", "lease_sub"):
+        assert list(getattr(bulk, name)) == list(getattr(one, name))
+    for txid in range(30):
+        assert bulk.slot_of(txid) == one.slot_of(txid)
+
+
+def _ack_each(
+    state: QueueState, marks: Sequence[Bookmark], now_ms: int, actions: list[Action]
+) -> None:
+    """The plain sublet ack without its bulk path: one look-up and one `remove` each."""
+    for publisher_id, seq in marks:
+        txid = state.bookmarks.find(publisher_id, seq)
+        slot = -1 if txid is None else state.table.slot_of(txid)
+        if slot < 0 or state.table.state[slot] == REMOVED:
+            if txid is None and not state.bookmarks.seen(publisher_id, seq):
+                state.defer_ack(publisher_id, seq, now_ms)
+            continue
+        state.remove(slot, RemovalReason.ACKED, actions)
+
+
+@contextlib.contextmanager
+def _without_fast_paths() -> Iterator[None]:
+    """Engines built and driven inside take the general paths (the reference behaviour)."""
+    with (
+        mock.patch.object(delivery, "_pump_fresh", return_value=0),
+        mock.patch.object(acks, "_ack_plain", _ack_each),
+        mock.patch.object(QueueState, "accepts_plain_inserts", return_value=False),
+    ):
+        yield
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_fast_paths_equal_the_general_paths(data: st.DataObject) -> None:
+    """Bulk publishes, the fresh-list pump and the plain ack decide exactly as the general
+    code does (Q6-Q10, Q13, Q14), step by step, in the shapes they take and the ones next to
+    them (expiration, queue MaxBacklog, deferred acks, replays, gaps, returned messages)."""
+    semantics = data.draw(st.sampled_from(["at-least-once", "at-most-once"]))
+    fairness = data.draw(st.sampled_from([None, "fast", "round-robin"]))
+    policy = QueuePolicy(
+        semantics=semantics,  # type: ignore[arg-type]
+        lease_period_ms=data.draw(st.sampled_from([None, 100])),
+        expiration_ms=data.draw(st.sampled_from([None, 300])),
+        max_backlog=data.draw(st.sampled_from([None, 4])),
+        max_per_subscription_backlog=5,
+        fairness=None if semantics == "at-most-once" else fairness,  # type: ignore[arg-type]
+        leasing=data.draw(st.sampled_from(["sublet", "strict"])),
+    )
+    names = data.draw(st.lists(st.sampled_from(["a", "b", "c"]), max_size=3, unique=True))
+    steps: list[tuple[str, object, int]] = [
+        ("one", subscribed(name, f"c{name}", data.draw(st.integers(1, 5))), 0) for name in names
+    ]
+    now_ms = 0
+    next_txid = 0
+    for _ in range(data.draw(st.integers(1, 30))):
+        kind = data.draw(st.sampled_from(["publish", "publish", "sub", "ack", "acks", "tick"]))
+        if kind == "publish":
+            size = data.draw(st.integers(1, 12))
+            events = []
+            for _ in range(size):
+                next_txid += data.draw(st.sampled_from([1, 1, 1, 3]))
+                own = data.draw(st.sampled_from([None, None, None, None, 50]))
+                txid = next_txid - data.draw(st.sampled_from([0, 0, 0, 0, 2]))  # a replay
+                stamp = now_ms - data.draw(st.sampled_from([0, 0, 400]))
+                events.append(MessagePublished(txid, PUBLISHER, txid, stamp, expiration_ms=own))
+            steps.append(("many", events, now_ms))
+        elif kind == "sub":
+            name = data.draw(st.sampled_from(["a", "b", "c"]))
+            backlog = data.draw(st.integers(1, 5))
+            steps.append(("one", subscribed(name, f"c{name}", backlog), now_ms))
+        elif kind in ("ack", "acks"):
+            acked = []
+            for _ in range(1 + (kind == "acks")):
+                client = data.draw(st.sampled_from(["ca", "cb", "cc"]))
+                marks = data.draw(st.lists(st.integers(0, next_txid + 3), max_size=8))
+                option = data.draw(st.sampled_from([AckOption.NONE] * 3 + [AckOption.CANCEL]))
+                acked.append(Acked(client, bookmarks(*marks), option))
+            steps.append(("many", acked, now_ms))
+        else:
+            now_ms += data.draw(st.sampled_from([1, 60, 150]))
+            steps.append(("tick", None, now_ms))
+    with _without_fast_paths():
+        reference = QueueEngine(policy)
+        expected = [_run_step(reference, step) for step in steps]
+        reference.check_invariants()
+    engine = QueueEngine(policy)
+    for step, want in zip(steps, expected, strict=True):
+        assert _run_step(engine, step) == want, step
+        engine.check_invariants()
+    assert engine.statistics(now_ms) == reference.statistics(now_ms)
+    assert engine.snapshot() == reference.snapshot()
+    assert engine.next_deadline_ms() == reference.next_deadline_ms()
+
+
+def _run_step(engine: QueueEngine, step: tuple[str, object, int]) -> list[Action]:
+    kind, payload, now_ms = step
+    if kind == "many":
+        return engine.handle_many(payload, now_ms)  # type: ignore[arg-type]
+    if kind == "one":
+        return engine.handle(payload, now_ms)  # type: ignore[arg-type]
+    return engine.on_deadline(now_ms)
+
+
+def test_round_robin_turn_after_a_run_to_one_subscription() -> None:
+    """Q9: a run of deliveries to the only subscription with room still moves the turn."""
+    policy = QueuePolicy(fairness="round-robin", max_per_subscription_backlog=3)
+    steps: list[tuple[str, object, int]] = [
+        ("one", subscribed("a", "ca", 1), 0),
+        ("one", subscribed("b", "cb", 3), 0),
+        ("many", [published(t) for t in range(1, 5)], 0),
+        ("many", [Acked("ca", bookmarks(1)), Acked("cb", bookmarks(2))], 0),
+        ("many", [published(5)], 0),
+    ]
+    with _without_fast_paths():
+        reference = QueueEngine(policy)
+        expected = [_run_step(reference, step) for step in steps]
+    engine = QueueEngine(policy)
+    assert [_run_step(engine, step) for step in steps] == expected
+    assert delivered(expected[-1]) == [("a", 5)]
