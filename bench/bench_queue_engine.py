@@ -32,7 +32,7 @@ ACK_BATCH = 33
 LEASE_PERIOD_MS = 300_000
 
 
-def run_once(count: int) -> float:
+def run_once(count: int, publish_batch: int = PUBLISH_BATCH) -> float:
     """Publish, deliver and ack `count` messages; return the CPU seconds taken."""
     engine = QueueEngine(
         QueuePolicy(lease_period_ms=LEASE_PERIOD_MS, max_per_subscription_backlog=BACKLOG)
@@ -54,7 +54,7 @@ def run_once(count: int) -> float:
     published = 0
     while acked < count:
         if published < count:
-            last = min(published + PUBLISH_BATCH, count)
+            last = min(published + publish_batch, count)
             events = [
                 MessagePublished(t, PUBLISHER_ID, t, now_ms) for t in range(published + 1, last + 1)
             ]
@@ -85,11 +85,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--publish-batch", type=int, default=PUBLISH_BATCH)
     args = parser.parse_args()
-    best = min(run_once(args.messages) for _ in range(args.runs))
+    best = min(run_once(args.messages, args.publish_batch) for _ in range(args.runs))
     per_message_us = best / args.messages * 1e6
     print(
-        f"queue engine (publish x{PUBLISH_BATCH}, {SUBSCRIPTIONS} subs backlog {BACKLOG}, "
+        f"queue engine (publish x{args.publish_batch}, {SUBSCRIPTIONS} subs backlog {BACKLOG}, "
         f"acks x{ACK_BATCH}): {per_message_us:.2f} us CPU/message, "
         f"{args.messages / best:,.0f} msgs/s (best of {args.runs}, {args.messages:,} messages)"
     )

@@ -159,6 +159,8 @@ def _pump_fresh(
                 break
             if sub is None:
                 sub = _pick(state, ready, fairness)
+                if fairness == "fast":  # the first with room stays first until it fills
+                    run_end = min(limit, done + sub.backlog - len(sub.leased))
             assert row_state[slot] == AVAILABLE
             row_state[slot] = LEASED  # deliver(), inlined for a never delivered message
             delivery_count[slot] = 1
