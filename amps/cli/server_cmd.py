@@ -6,8 +6,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from amps.config import Config
 
 
 @click.command("server")
@@ -58,9 +62,21 @@ def server(
     if check:
         click.echo(f"configuration of instance {config.name} is valid")
         return
+    _prefetch_queue_store(config, base)
     from amps.server.app import run
 
     run(config, base)
+
+
+def _prefetch_queue_store(config: Config, base: Path) -> None:
+    """Start reading the queue store in a thread, while the server's modules are imported."""
+    txlog = config.transaction_log
+    if txlog is None or not config.queues:
+        return
+    from amps.server.queue_store import STORE_FILE_NAME, prefetch
+
+    directory = Path(txlog.journal_directory)
+    prefetch((directory if directory.is_absolute() else base / directory) / STORE_FILE_NAME)
 
 
 def _check_expression(text: str, kind: str) -> None:
