@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,43 @@ def test_generated_protobuf_code_is_fresh() -> None:
     from amps.tools.genproto import main
 
     assert main(["--check", str(ROOT / "proto"), str(ROOT)]) == 0
+
+
+# What `amps server` must not import before its first delivery (issue 4, Q16: restart time).
+# Each is imported on first use instead: a scrape, a reflection request, an expression, a command.
+NOT_IMPORTED_AT_START = (
+    "prometheus_client",
+    "grpc_reflection.v1alpha",  # (grpc itself imports the empty top-level package)
+    "amps.metrics",
+    "amps.expr.parser",
+    "amps.expr.codegen",
+    "amps.expr.nodes",
+    "amps.expr.registry",
+    "amps.cli.client_cmds",
+    "amps.cli.expr_cmd",
+    "amps.cli.journal_cmd",
+    "amps.cli.admin_cmds",
+    "amps.client",
+)
+
+
+def test_server_start_imports_only_what_a_first_delivery_needs() -> None:
+    code = (
+        "import sys, click\n"
+        "from amps.cli.main import cli\n"
+        "cli.get_command(click.Context(cli), 'server')\n"
+        "import amps.server.app\n"
+        "print('\\n'.join(sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    loaded = set(result.stdout.split())
+    assert "amps.cli.server_cmd" in loaded
+    assert "amps.server.app" in loaded
+    early = [
+        name
+        for name in loaded
+        if any(name == m or name.startswith(m + ".") for m in NOT_IMPORTED_AT_START)
+    ]
+    assert not early, f"imported at server start: {sorted(early)}"
