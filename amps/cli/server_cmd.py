@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -33,6 +34,9 @@ def server(
     config_path: Path | None, print_default_config: bool, check: bool, log_level: str
 ) -> None:
     """Start an instance (gRPC client API, admin HTTP with /metrics, transaction log)."""
+    # No cyclic garbage collection until the instance is ready (Server.start turns it back on):
+    # the imports and the recovery make few cycles, and its passes would delay the first delivery.
+    gc.disable()
     from amps.config import DEFAULT_CONFIG_XML, load_config
     from amps.errors import ConfigError
     from amps.server.fatal import FatalReason, fatal

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import logging
 import signal
 import sys
@@ -140,6 +141,8 @@ class Server:
             f"{admin} journal {self._journal_directory()} last_txid {journal.last_txid}",
             flush=True,
         )
+        # `amps server` starts with the cyclic garbage collector off (see amps.cli.server_cmd).
+        gc.enable()
 
     async def _start_grpc(self) -> None:
         transport = self.config.grpc_transport
