@@ -13,6 +13,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from amps import errors
@@ -49,6 +50,12 @@ if TYPE_CHECKING:
     from amps.server.session import Session
 
 log = logging.getLogger("amps.queues")
+
+# Where one step's deliveries to one subscription go: its session's entries' append, and its
+# encoder's encode.
+_Target = tuple[
+    Callable[[bytes], None], Callable[[bytes, int, int, int, int, int, int, bytes], bytes]
+]
 
 REMOVAL_RECORD: dict[RemovalReason, QueueAction] = {
     RemovalReason.ACKED: QueueAction.ACK,
@@ -103,10 +110,20 @@ def parse_ack_bookmarks(text: str) -> list[tuple[int, int]]:
     """
     if _ACK_LIST_RE.fullmatch(text):
         # The usual list, checked at once: no split per item; 19 digits stay below 2**64.
-        numbers = list(map(int, text.replace(",", "").split("|")[:-1]))
-        publishers = numbers[0::2]
-        if 0 not in publishers:
-            return list(zip(publishers, numbers[1::2], strict=True))
+        # parts: [pub, seq, ",pub", seq, ..., ",pub", seq, ""]
+        parts = text.split("|")
+        seqs = list(map(int, parts[1::2]))
+        first = parts[0]
+        others = parts[2:-1:2]
+        if others.count("," + first) == len(others):
+            # One publisher (written alike each time), the usual case: one int() for it.
+            publisher_id = int(first)
+            if publisher_id:
+                return list(zip(repeat(publisher_id), seqs, strict=False))
+        else:
+            publishers = list(map(int, text.replace(",", "").split("|")[0:-1:2]))
+            if 0 not in publishers:
+                return list(zip(publishers, seqs, strict=True))
     found: list[tuple[int, int]] = []
     append = found.append
     for item in text.split(","):
@@ -204,19 +221,17 @@ class QueueDriver:
         """Durable publishes (one group commit's worth) as one engine step."""
         if self.filter is None and self.priority is None and self.barrier is None:
             # The usual queue: no expression to evaluate, one wall-clock read per step.
+            # Positional arguments (txid, publisher_id, seq, timestamp_ms, priority, is_barrier,
+            # expiration_ms): a third cheaper than keywords, per message.
             wall_us = self.instance.wall_us()
             events = [
                 MessagePublished(
-                    txid=r.txid,
-                    publisher_id=r.publisher_id,
-                    seq=r.seq,
-                    timestamp_ms=now_ms - max(0, (wall_us - r.timestamp_us) // 1000),
-                    priority=0,
-                    is_barrier=False,
-                    expiration_ms=r.expiration_s * 1000 if r.expiration_s else None,
+                    r.txid, r.publisher_id, r.seq,
+                    now_ms - max(0, (wall_us - r.timestamp_us) // 1000), 0, False,
+                    r.expiration_s * 1000 if r.expiration_s else None,
                 )
                 for r in records
-            ]
+            ]  # fmt: skip
         else:
             events = [e for e in (self._event_for(r, now_ms) for r in records) if e is not None]
         if events:
@@ -302,10 +317,14 @@ class QueueDriver:
             pairs = parse_ack_bookmarks(bookmarks)
             marks = self.instance.journal.marks
             # One high-water look-up per publisher (acks name few publishers, many seqs).
-            highest: dict[int, int] = {}
-            for publisher_id, seq in pairs:
-                if seq > highest.get(publisher_id, -1):
-                    highest[publisher_id] = seq
+            highest = dict(pairs)  # each publisher once (C loops, no Python one per pair)
+            if len(highest) == 1:
+                highest[pairs[0][0]] = max(pairs)[1]  # one publisher: the highest pair
+            else:
+                highest = {}
+                for publisher_id, seq in pairs:
+                    if seq > highest.get(publisher_id, -1):
+                        highest[publisher_id] = seq
             if any(seq > marks.high_water(p) for p, seq in highest.items()):
                 for publisher_id, seq in pairs:  # name the first unknown one, in list order
                     if seq > marks.high_water(publisher_id):
@@ -412,61 +431,71 @@ class QueueDriver:
 
     def _deliver_many(self, actions: list[Deliver | DeliverBarrier], now_ms: int) -> None:
         """Encode the deliveries of one step and queue them per session (one put per session)."""
-        records_get = self.instance.records.get
-        subscribers = self.subscribers
-        # sub key -> (entries of its session, its encoder), for this step
-        targets: dict[str, tuple[list[bytes], QueueDeliveryEncoder] | None] = {}
+        cache = self.instance.records
+        cached = cache.records.get  # the usual hit without a call to the cache
+        # sub key -> (append to its session's entries, its encoder's encode), for this step
+        targets: dict[str, _Target | None] = {}
         out: dict[Session, list[bytes]] = {}
         wall_us = 0
         sent = 0
+        # A step leases runs of messages to one subscription until one deadline: the target
+        # and the lease field of the last Deliver are reused.
+        last_key: str | None = None
+        target: _Target | None = None
+        last_deadline_ms: int | None = None
+        lease_us = 0
         for action in actions:
-            record = records_get(action.txid)
+            txid = action.txid
+            record = cached(txid) or cache.get(txid)
             if record is None:
-                log.error("queue %s: message txid %d is not in the journal", self.name, action.txid)
+                log.error("queue %s: message txid %d is not in the journal", self.name, txid)
                 continue
-            if type(action) is Deliver:
-                keys: tuple[str, ...] = (action.sub_id,)
-                lease_us = 0
-                deadline_ms = action.lease_deadline_ms
-                if deadline_ms is not None:
-                    if not wall_us:
-                        wall_us = self.instance.wall_us()
-                    lease_us = wall_us + (deadline_ms - now_ms) * 1000
-                count = action.delivery_count
-            else:
-                assert isinstance(action, DeliverBarrier)
-                keys = tuple(sub_key for _client_id, sub_key in action.subscriptions)
-                lease_us = 0
-                count = 1
             correlation_id = record.correlation_id
-            for key in keys:
-                if key in targets:
-                    target = targets[key]
-                else:
-                    found = subscribers.get(key)
-                    if found is None:
-                        # A Deliver: the engine learns of the disconnect next; the lease returns.
-                        target = targets[key] = None
+            if type(action) is Deliver:
+                key = action.sub_id
+                if key != last_key:
+                    last_key = key
+                    if key in targets:
+                        target = targets[key]
                     else:
-                        session, sub_id = found
-                        entries = out.get(session)
-                        if entries is None:
-                            entries = out[session] = []
-                        target = targets[key] = (entries, self._encoder(sub_id))
+                        target = targets[key] = self._target(key, out)
                 if target is None:
+                    # The engine learns of the disconnect next; the lease returns.
                     continue
-                target[0].append(
-                    target[1].encode(
-                        record.data,
-                        record.publisher_id,
-                        record.seq,
-                        record.txid,
-                        record.timestamp_us,
-                        lease_us,
-                        count,
+                deadline_ms = action.lease_deadline_ms
+                if deadline_ms != last_deadline_ms:
+                    last_deadline_ms = deadline_ms
+                    if deadline_ms is None:
+                        lease_us = 0
+                    else:
+                        if not wall_us:
+                            wall_us = self.instance.wall_us()
+                        lease_us = wall_us + (deadline_ms - now_ms) * 1000
+                append, encode = target
+                append(
+                    encode(
+                        record.data, record.publisher_id, record.seq, txid, record.timestamp_us,
+                        lease_us, action.delivery_count,
                         correlation_id.encode() if correlation_id else b"",
                     )
-                )
+                )  # fmt: skip
+                sent += 1
+                continue
+            assert isinstance(action, DeliverBarrier)
+            for _client_id, key in action.subscriptions:
+                if key in targets:
+                    found = targets[key]
+                else:
+                    found = targets[key] = self._target(key, out)
+                if found is None:
+                    continue
+                append, encode = found
+                append(
+                    encode(
+                        record.data, record.publisher_id, record.seq, txid, record.timestamp_us,
+                        0, 1, correlation_id.encode() if correlation_id else b"",
+                    )
+                )  # fmt: skip
                 sent += 1
         for session, entries in out.items():
             if len(entries) == 1:
@@ -474,6 +503,17 @@ class QueueDriver:
             elif entries:
                 session.send_entries(entries)
         self.instance.statistics.delivered += sent
+
+    def _target(self, key: str, out: dict[Session, list[bytes]]) -> _Target | None:
+        """Where one step's deliveries to subscription `key` go; None if it is gone."""
+        found = self.subscribers.get(key)
+        if found is None:
+            return None
+        session, sub_id = found
+        entries = out.get(session)
+        if entries is None:
+            entries = out[session] = []
+        return entries.append, self._encoder(sub_id).encode
 
     def _encoder(self, sub_id: str) -> QueueDeliveryEncoder:
         """The delivery encoder of a sub_id (topic = this queue's name, encoded once)."""
@@ -506,6 +546,15 @@ class QueueDriver:
     def _arm_timer(self) -> None:
         deadline_ms = self.engine.next_deadline_ms()
         if deadline_ms == self._timer_at_ms:
+            return
+        if (
+            deadline_ms is not None
+            and self._timer_at_ms is not None
+            and deadline_ms > self._timer_at_ms
+        ):
+            # Later than the armed timer (an ack moved the oldest lease on, nearly every step):
+            # that timer fires early, finds nothing due and re-arms then. One early wake-up
+            # instead of a cancel and a new timer per step.
             return
         if self._timer is not None:
             self._timer.cancel()

@@ -235,64 +235,129 @@ class QueueDeliveryEncoder:
     """Frame entries for queue deliveries of one queue to one sub_id.
 
     Same bytes as `delivery_entry(topic=queue, sub_ids=(sub_id,), queue=True, ...)` with the
-    lease deadline and delivery count (fields 7, 8, 9); the topic and sub_id fields are encoded
-    once, the publisher part of the bookmark is cached, the lease field of the last deadline is
-    reused (one engine step leases many messages until the same deadline), and the data is
-    copied once.
+    lease deadline and delivery count (fields 7, 8, 9). Per message, only what changes from one
+    message to the next is encoded; the rest is cached:
+
+    - the topic and sub_id fields, once;
+    - the bookmark field's key, length and publisher part, per (publisher, digits of seq);
+    - the lease and count fields of the last deadline and count (one engine step leases many
+      messages until the same deadline, nearly all for the first time);
+    - txid and timestamp: a varint of v >= 2**14 is the two bytes of v's low 14 bits followed
+      by varint(v >> 14), which changes every 16,384 txids or microseconds;
+    - the two headers and the data field's key, per (message size, data size).
+
+    The entry is one join of the pieces: the data is copied once, no piece is concatenated.
     """
 
-    __slots__ = ("_head_subs", "_head_topic", "_lease", "_lease_field", "_publishers")
+    __slots__ = (
+        "_bookmarks", "_count", "_count_field", "_heads", "_lease", "_lease_field", "_size",
+        "_subs_txid", "_topic", "_ts_high", "_ts_key", "_ts_size", "_txid_high", "_txid_key",
+        "_txid_size",
+    )  # fmt: skip
 
     def __init__(self, topic: bytes, sub_id: str) -> None:
-        self._head_topic = string_field(_TOPIC, topic)
-        self._head_subs = sub_ids_field((sub_id,))
-        self._publishers: dict[int, bytes] = {}
+        self._topic = string_field(_TOPIC, topic)
+        # Fields in number order: topic (1), data (2), bookmark (3), sub_ids (4), txid (5),
+        # timestamp_us (6), lease (7), count (8), queue (9), correlation_id (10). The txid key
+        # is kept after the sub_ids field, and dropped again for a txid of 0 (never a publish).
+        self._subs_txid = sub_ids_field((sub_id,)) + _TXID
+        self._bookmarks: dict[int, bytes] = {}
+        self._heads: dict[int, bytes] = {}
         self._lease = 0
         self._lease_field = b""
+        self._count = 0
+        self._count_field = _QUEUE_TRUE  # count field (none for 0) + the queue flag
+        # The cached fields' sizes with the topic's and the sub_id's (the sizes of the others
+        # are added per message).
+        self._size = len(self._topic) + len(self._subs_txid) + len(_QUEUE_TRUE)
+        self._txid_key = self._ts_key = -1
+        self._txid_high = self._ts_high = b""
+        self._txid_size = self._ts_size = 0  # the fields' sizes but the txid key's
 
     def encode(
         self, data: bytes, publisher_id: int, seq: int, txid: int, timestamp_us: int,
         lease_deadline_us: int, delivery_count: int, correlation_id: bytes,
     ) -> bytes:  # fmt: skip
         """One frame entry: ServerMessage(delivery=Delivery(..., queue=True))."""
-        prefix = self._publishers.get(publisher_id)
-        if prefix is None:
-            if len(self._publishers) >= 4096:
-                self._publishers.clear()
-            prefix = self._publishers[publisher_id] = b"%d|" % publisher_id
-        bookmark = prefix + b"%d|" % seq
-        if lease_deadline_us != self._lease:
+        seq_part = b"%d|" % seq
+        # The bookmark field up to its seq part: key, length, publisher part.
+        key = publisher_id << 5 | len(seq_part)
+        bookmark = self._bookmarks.get(key)
+        if bookmark is None:
+            if len(self._bookmarks) >= 4096:
+                self._bookmarks.clear()
+            prefix = b"%d|" % publisher_id
+            length = len(prefix) + len(seq_part)
+            bookmark = self._bookmarks[key] = _BOOKMARK + varint(length) + prefix
+        if lease_deadline_us != self._lease or delivery_count != self._count:
+            self._size -= len(self._lease_field) + len(self._count_field)
             self._lease = lease_deadline_us
             self._lease_field = _LEASE + varint(lease_deadline_us) if lease_deadline_us else b""
+            self._count = delivery_count
+            self._count_field = (
+                _COUNT + varint(delivery_count) + _QUEUE_TRUE if delivery_count else _QUEUE_TRUE
+            )
+            self._size += len(self._lease_field) + len(self._count_field)
         n = len(data)
-        bm = len(bookmark)
-        # Fields in number order: topic (1), data (2), bookmark (3), sub_ids (4), txid (5),
-        # timestamp_us (6), lease (7), count (8), queue (9), correlation_id (10).
-        tail = b"".join(
+        size = self._size + n + len(bookmark) + len(seq_part)
+        subs_txid = self._subs_txid
+        if txid >= 16384:
+            high = txid >> 14
+            if high != self._txid_key:
+                self._txid_key = high
+                self._txid_high = varint(high)
+                self._txid_size = 2 + len(self._txid_high)
+            txid_low = _MORE[txid & _M14]
+            txid_high = self._txid_high
+            size += self._txid_size
+        elif txid:
+            txid_low = _SMALL[txid]
+            txid_high = b""
+            size += len(txid_low)
+        else:
+            subs_txid = subs_txid[:-1]
+            txid_low = txid_high = b""
+            size -= 1
+        if timestamp_us >= 16384:
+            high = timestamp_us >> 14
+            if high != self._ts_key:
+                self._ts_key = high
+                self._ts_high = varint(high)
+                self._ts_size = 3 + len(self._ts_high)
+            ts_key = _TIMESTAMP
+            ts_low = _MORE[timestamp_us & _M14]
+            ts_high = self._ts_high
+            size += self._ts_size
+        elif timestamp_us:
+            ts_key = _TIMESTAMP
+            ts_low = varint(timestamp_us)  # small, or negative: ten bytes
+            ts_high = b""
+            size += 1 + len(ts_low)
+        else:
+            ts_key = ts_low = ts_high = b""
+        if correlation_id:
+            corr = _CORRELATION + varint(len(correlation_id)) + correlation_id
+            size += len(corr)
+        else:
+            corr = b""
+        # The headers, the topic field and the data field's key (its size) before the data.
+        head_key = size << 27 | n  # n < 2**26 (MAX_PAYLOAD_BYTES)
+        head = self._heads.get(head_key)
+        if head is None:
+            if len(self._heads) >= 1024:
+                self._heads.clear()
+            data_key = _DATA + varint(n) if n else b""
+            size += len(data_key)
+            message = _DELIVERY + varint(size)
+            head = self._heads[head_key] = (
+                _FRAME_MESSAGE + varint(size + len(message)) + message + self._topic + data_key
+            )
+        return b"".join(
             (
-                _BOOKMARK_KEYS[bm] if bm < 256 else _BOOKMARK + varint(bm),
-                bookmark,
-                self._head_subs,
-                (_TXID + _SMALL[txid] if txid < 16384 else _TXID + varint(txid)) if txid else b"",
-                _TIMESTAMP + _MORE[timestamp_us & _M14] + _MORE[(timestamp_us >> 14) & _M14]
-                + _MORE[(timestamp_us >> 28) & _M14] + _SMALL[timestamp_us >> 42]
-                if 1 << 42 <= timestamp_us < 1 << 56  # microseconds since 1970: the usual case
-                else _TIMESTAMP + varint(timestamp_us) if timestamp_us else b"",
-                self._lease_field,
-                (_COUNT + _SMALL[delivery_count] if delivery_count < 16384
-                 else _COUNT + varint(delivery_count)) if delivery_count else b"",
-                _QUEUE_TRUE,
-                _CORRELATION + varint(len(correlation_id)) + correlation_id
-                if correlation_id
-                else b"",
+                head, data, bookmark, seq_part, subs_txid, txid_low, txid_high, ts_key, ts_low,
+                ts_high, self._lease_field, self._count_field, corr,
             )
         )  # fmt: skip
-        data_key = _DATA_KEYS[n] if n < 16384 else _DATA + varint(n)
-        size = len(self._head_topic) + len(data_key) + n + len(tail)
-        message_header = _DELIVERY + (_SMALL[size] if size < 16384 else varint(size))
-        size += len(message_header)
-        entry_header = _FRAME_MESSAGE + (_SMALL[size] if size < 16384 else varint(size))
-        return b"".join((entry_header, message_header, self._head_topic, data_key, data, tail))
 
 
 _ENCODERS_MAX = 4096

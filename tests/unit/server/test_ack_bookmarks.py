@@ -59,3 +59,13 @@ def test_any_text_is_accepted_or_refused_like_the_reference(items: list[str]) ->
 )  # fmt: skip
 def test_edge_cases_match_the_reference(text: str) -> None:
     assert outcome(parse_ack_bookmarks, text) == outcome(reference, text)
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["7", "007", "0", "18446744073709551615"]), U64),
+             min_size=1, max_size=40)
+)  # fmt: skip
+def test_lists_of_few_publishers_parse_like_the_reference(pairs: list[tuple[str, int]]) -> None:
+    """The one-publisher fast path: the same publisher written alike, or not (leading zeros)."""
+    text = ",".join(f"{p}|{s}|" for p, s in pairs)
+    assert outcome(parse_ack_bookmarks, text) == outcome(reference, text)

@@ -135,6 +135,35 @@ def test_queue_delivery_encoder_matches_protobuf(
         assert entry == wire.delivery_entry(**fields)
 
 
+# One encoder over a run of deliveries whose values are near each other (as in one engine
+# step) or far apart: every cached part (bookmark head, lease and count fields, high bits of
+# txid and timestamp, headers) must follow the values.
+NEAR = st.tuples(
+    st.sampled_from([1, 2, 2**63 + 5]),  # publisher_id
+    st.integers(0, 20_000) | U64,  # seq
+    st.integers(0, 40_000) | U64,  # txid
+    st.integers(1_763_870_000_000_000, 1_763_870_000_100_000) | I64,  # timestamp_us
+    st.sampled_from([0, 1_763_870_300_000_000, 1_763_870_300_001_000]),  # lease deadline
+    st.sampled_from([0, 1, 2, 300]),  # delivery count
+    st.sampled_from(["", "c1", "ü" * 70]),  # correlation id
+    st.sampled_from([b"", b"{}", b"x" * 130, b"y" * 17_000]),  # data
+)
+
+
+@given(st.lists(NEAR, min_size=1, max_size=30))
+def test_one_queue_encoder_follows_every_value(deliveries: list[tuple[object, ...]]) -> None:
+    encoder = wire.QueueDeliveryEncoder(b"queue", "sub")
+    for pub, seq, txid, ts, lease, count, corr, data in deliveries:
+        assert isinstance(corr, str)
+        fields = {
+            "topic": "queue", "data": data, "bookmark": f"{pub}|{seq}|", "sub_ids": ["sub"],
+            "txid": txid, "timestamp_us": ts, "lease_deadline_us": lease,
+            "delivery_count": count, "queue": True, "correlation_id": corr,
+        }  # fmt: skip
+        entry = encoder.encode(data, pub, seq, txid, ts, lease, count, corr.encode())  # type: ignore[arg-type]
+        assert entry == _entry_of(pb.ServerMessage(delivery=pb.Delivery(**fields)))  # type: ignore[arg-type]
+
+
 @given(st.lists(DELIVERIES, min_size=1, max_size=5))
 def test_a_frame_is_the_concatenation_of_entries(many: list[dict[str, object]]) -> None:
     messages = [pb.ServerMessage(delivery=pb.Delivery(**f)) for f in many]  # type: ignore[arg-type]
