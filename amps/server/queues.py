@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amps.queues")
 
+# isinstance against a union built on each call is four times slower than against a tuple.
+_DELIVERIES = (Deliver, DeliverBarrier)
 # Where one step's deliveries to one subscription go: its session's entries' append, and its
 # encoder's encode.
 _Target = tuple[
@@ -369,36 +371,38 @@ class QueueDriver:
         removed = 0
         now_deliver: list[Deliver | DeliverBarrier] = []
         held: list[Deliver | DeliverBarrier] = []
+        txids: list[int] = []  # the txids of `key` (one list per key in `removals`)
         for action in actions:
-            kind = type(action)
-            if kind is Deliver or kind is DeliverBarrier:
-                assert isinstance(action, Deliver | DeliverBarrier)
-                if appended:
-                    held.append(action)  # after the removal records are durable
-                else:
-                    now_deliver.append(action)
-            elif kind is RecordRemoval:
-                assert isinstance(action, RecordRemoval)
+            # isinstance of the exact class is the cheapest test, and narrows the type.
+            if isinstance(action, RecordRemoval):
                 removed += 1
                 # Replaying the log: what the log already says is not written again.
                 if not recovering:
                     reason, expire_reasons = action.reason, action.expire_reasons
-                    if reason is not last_reason or expire_reasons is not last_expire:
+                    if (
+                        reason is not last_reason
+                        or expire_reasons is not last_expire
+                        or not removals
+                    ):
                         last_reason, last_expire = reason, expire_reasons
                         key = _record_key(reason, expire_reasons)
-                    txids = removals.get(key)
-                    if txids is None:
-                        removals[key] = [action.txid]
-                    else:
-                        txids.append(action.txid)
+                        found = removals.get(key)
+                        if found is None:
+                            found = removals[key] = []
+                        txids = found
+                    txids.append(action.txid)
                     # Only a message that left at-most-once must be on disk before anything
                     # after it is sent (else a crash could send it twice). A lost ack record
                     # only lets its message return, which at-least-once allows: waiting for
                     # its fsync would add a commit round to every refill of a backlog.
                     if reason is RemovalReason.SENT_AT_MOST_ONCE:
                         appended = True
-            elif kind is PublishDeadLetter:
-                assert isinstance(action, PublishDeadLetter)
+            elif isinstance(action, _DELIVERIES):
+                if appended:
+                    held.append(action)  # after the removal records are durable
+                else:
+                    now_deliver.append(action)
+            elif isinstance(action, PublishDeadLetter):
                 if removals:  # keep the journal order: removals so far, then the dead letter
                     self._append_removals(removals)
                     removals = {}

@@ -1,0 +1,161 @@
+"""QueueDriver executes an engine step's actions in contract order (amps.server.queues):
+removal records grouped per (action, reason) and appended before a later dead letter and
+before the step's deliveries; deliveries after an at-most-once removal wait for durability;
+one frame entry per delivery, with its lease deadline and count."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from amps.log.records import PublishRecord, QueueAction, QueueRecord
+from amps.queue import (
+    Action,
+    Deliver,
+    DeliverBarrier,
+    ExpireReason,
+    PublishDeadLetter,
+    RecordRemoval,
+    RemovalReason,
+)
+from amps.server.queues import QueueDriver
+from amps.server.wire import delivery_entry
+
+WALL_US = 1_763_870_000_000_000
+NOW_MS = 50_000
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.entries: list[bytes] = []
+
+    def send_entry(self, entry: bytes) -> None:
+        self.entries.append(entry)
+
+    def send_entries(self, entries: list[bytes]) -> None:
+        self.entries.extend(entries)
+
+
+class _Records:
+    def __init__(self, records: dict[int, PublishRecord]) -> None:
+        self.records = records
+
+    def get(self, txid: int) -> PublishRecord | None:
+        return self.records.get(txid)
+
+
+class _Statistics:
+    delivered = 0
+
+
+class _Instance:
+    """What QueueDriver._execute uses of an Instance, recording the order of effects."""
+
+    def __init__(self, records: dict[int, PublishRecord]) -> None:
+        self.records = _Records(records)
+        self.statistics = _Statistics()
+        self.log: list[object] = []
+        self.durable_callbacks: list[Callable[[], None]] = []
+
+    def wall_us(self) -> int:
+        return WALL_US
+
+    def now_ms(self) -> int:
+        return NOW_MS
+
+    def append_record(self, record: QueueRecord) -> None:
+        self.log.append((record.action, record.reason, record.txids))
+
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        self.log.append("wait for durability")
+        self.durable_callbacks.append(callback)
+
+
+def _driver(records: dict[int, PublishRecord]) -> tuple[QueueDriver, _Instance, _Session]:
+    instance = _Instance(records)
+    driver: Any = QueueDriver.__new__(QueueDriver)
+    driver.name = "work"
+    driver.instance = instance
+    driver._topic = b"work"
+    driver._encoders = {}
+    session = _Session()
+    driver.subscribers = {"c1/s1": (session, "s1")}
+    driver.dead_letters = [lambda record, reasons: instance.log.append(("dead", record.txid))]
+    return driver, instance, session
+
+
+def _record(txid: int) -> PublishRecord:
+    return PublishRecord(txid, WALL_US - txid, "orders", b"m%d" % txid, 9, txid * 10,
+                         correlation_id="c" if txid % 2 else "")  # fmt: skip
+
+
+def _expected_entry(txid: int, lease_ms: int | None, count: int) -> bytes:
+    return delivery_entry(
+        topic="work", data=b"m%d" % txid, bookmark=f"9|{txid * 10}|", sub_ids=("s1",),
+        txid=txid, timestamp_us=WALL_US - txid,
+        lease_deadline_us=0 if lease_ms is None else WALL_US + (lease_ms - NOW_MS) * 1000,
+        delivery_count=count, queue=True, correlation_id="c" if txid % 2 else "",
+    )  # fmt: skip
+
+
+def test_removals_are_grouped_and_written_before_dead_letters_and_deliveries() -> None:
+    driver, instance, session = _driver({t: _record(t) for t in range(1, 10)})
+    acked, expired = RemovalReason.ACKED, RemovalReason.EXPIRED
+    actions: list[Action] = [
+        RecordRemoval(1, acked),
+        RecordRemoval(2, expired, ExpireReason.TIME_LIMIT),
+        RecordRemoval(3, acked),
+        PublishDeadLetter(2, ExpireReason.TIME_LIMIT),
+        RecordRemoval(4, acked),
+        RecordRemoval(5, expired, ExpireReason.FORCED_EXPIRE),
+        Deliver("c1/s1", "c1", 6, 80_000, 1),
+        Deliver("c1/s1", "c1", 7, 80_000, 1),
+        Deliver("gone/s9", "gone", 8, 80_000, 1),
+        Deliver("c1/s1", "c1", 9, None, 3),
+    ]
+    removed = driver._execute(actions, NOW_MS, False)
+    assert removed == 5
+    text = ExpireReason.TIME_LIMIT.reason_text()
+    forced = ExpireReason.FORCED_EXPIRE.reason_text()
+    assert instance.log == [
+        (QueueAction.ACK, "", (1, 3)),
+        (QueueAction.EXPIRED, text, (2,)),
+        ("dead", 2),
+        (QueueAction.ACK, "", (4,)),
+        (QueueAction.EXPIRE, forced, (5,)),
+    ]
+    assert session.entries == [
+        _expected_entry(6, 80_000, 1),
+        _expected_entry(7, 80_000, 1),
+        _expected_entry(9, None, 3),
+    ]
+    assert instance.statistics.delivered == 3
+
+
+def test_deliveries_after_an_at_most_once_removal_wait_for_durability() -> None:
+    driver, instance, session = _driver({t: _record(t) for t in range(1, 5)})
+    actions: list[Action] = [
+        Deliver("c1/s1", "c1", 1, None, 1),
+        RecordRemoval(2, RemovalReason.SENT_AT_MOST_ONCE),
+        Deliver("c1/s1", "c1", 2, None, 1),
+        DeliverBarrier(3, (("c1", "c1/s1"), ("gone", "gone/s9"))),
+    ]
+    assert driver._execute(actions, NOW_MS, False) == 1
+    assert instance.log == [
+        (QueueAction.DELIVERED_AT_MOST_ONCE, "", (2,)),
+        "wait for durability",
+    ]
+    assert session.entries == [_expected_entry(1, None, 1)]
+    instance.durable_callbacks.pop()()
+    assert session.entries == [
+        _expected_entry(1, None, 1),
+        _expected_entry(2, None, 1),
+        _expected_entry(3, None, 1),
+    ]
+
+
+def test_recovery_writes_no_removal_records() -> None:
+    driver, instance, _session = _driver({})
+    actions: list[Action] = [RecordRemoval(1, RemovalReason.ACKED)]
+    assert driver._execute(actions, NOW_MS, True) == 1
+    assert instance.log == []
