@@ -21,18 +21,9 @@ class QueueAcker:
         self._sizes: dict[int | None, int] = {}
 
     def ack(
-        self,
-        conn: Connection,
-        topic: str,
-        bookmark: str,
-        *,
-        granted_max_backlog: int | None,
-        option: str = "",
+        self, conn: Connection, topic: str, bookmark: str, granted_max_backlog: int | None
     ) -> None:
-        """Acknowledge one message; `option` is "", "cancel" or "expire" (never batched, §7.2)."""
-        if option:
-            self._send(conn, [AckBatch(topic, (bookmark,))], option)
-            return
+        """Acknowledge one message in its topic's batch (sent when full or timed out, §7.2)."""
         size = self._sizes.get(granted_max_backlog)
         if size is None:
             size = ack_batch_size(self._configured_batch_size, granted_max_backlog)
@@ -45,6 +36,10 @@ class QueueAcker:
             self._send(conn, [batch])
         if self._timer is None:
             self._arm(conn)
+
+    def send_now(self, conn: Connection, topic: str, bookmark: str, option: str) -> None:
+        """A cancel or expire ack: never batched, sent at once (§7.2)."""
+        self._send(conn, [AckBatch(topic, (bookmark,))], option)
 
     def flush(self, conn: Connection | None) -> int:
         """Send every pending batch now; return how many acks went out."""
@@ -67,7 +62,7 @@ class QueueAcker:
     def _send(self, conn: Connection, batches: list[AckBatch], option: str = "") -> int:
         count = 0
         for batch in batches:
-            conn.send(commands.queue_ack_command(batch, option))
+            conn.send_entry(commands.queue_ack_entry(batch.topic, batch.bookmark_list, option))
             count += len(batch.bookmarks)
         self.sent_count += count
         return count

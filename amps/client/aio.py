@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from random import Random
 from types import TracebackType
 from typing import Any, Literal
@@ -130,7 +130,7 @@ class Client:
             target,
             flush_interval_s=self._flush_interval_s,
             max_frame_commands=self._max_frame_commands,
-            on_message=self._on_message,
+            on_messages=self._on_messages,
             on_lost=self._on_lost,
         )
         logon = commands.logon_command(self._cmd_id(), self.name, self._user, self._password)
@@ -273,20 +273,22 @@ class Client:
         """Acknowledge one queue message: plain acks are batched per topic, cancel/expire not."""
         self._ack_nowait(message, cancel=cancel, expire=expire)
 
-    def _ack_nowait(self, message: Message, *, cancel: bool = False, expire: bool = False) -> None:
+    def _ack_nowait(self, message: Message, cancel: bool = False, expire: bool = False) -> None:
         """`ack_message` without a coroutine (it never waits): what `Message.ack` calls."""
-        self._check_open()
-        if self._conn is None:
+        if self._state == "closed" or self._fatal is not None:
+            self._check_open()
+        conn = self._conn
+        if conn is None:
             # The lease died with the stream; the instance has returned the message (Q6).
             return
+        if cancel or expire:
+            self._acks.send_now(
+                conn, message.topic, message.bookmark, "cancel" if cancel else "expire"
+            )
+            return
         sub = self._subs.get(message.sub_id)
-        self._acks.ack(
-            self._conn,
-            message.topic,
-            message.bookmark,
-            granted_max_backlog=sub.granted_max_backlog if sub is not None else None,
-            option="cancel" if cancel else "expire" if expire else "",
-        )
+        granted = sub.granted_max_backlog if sub is not None else None
+        self._acks.ack(conn, message.topic, message.bookmark, granted)
 
     async def flush_acks(self) -> None:
         """Send every pending queue ack now."""
@@ -328,12 +330,10 @@ class Client:
 
     # --- Incoming messages ---------------------------------------------------------------------
 
-    def _on_message(self, message: client_pb2.ServerMessage) -> None:
-        kind = message.WhichOneof("body")
-        if kind == "delivery":
-            self._subs.on_delivery(message.delivery)
-        elif kind == "ack":
-            self._on_ack(message.ack)
+    def _on_messages(self, messages: Iterable[client_pb2.ServerMessage]) -> None:
+        for message in self._subs.on_messages(messages):
+            if message.HasField("ack"):
+                self._on_ack(message.ack)
         # GroupBegin/GroupEnd frame a sow result whose end the processed ack also marks, and any
         # frame at all (heartbeats included) counts as a sign of life for the heartbeat check.
 

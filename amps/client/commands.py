@@ -140,6 +140,28 @@ def queue_ack_command(batch: AckBatch, options: str = "") -> client_pb2.Command:
     )
 
 
+_SOW_DELETE_TAG = b"\x72"  # Command.sow_delete = 14
+_TOPIC_TAG = b"\x0a"  # SowDelete.topic = 1
+_BOOKMARK_TAG = b"\x12"  # SowDelete.bookmark = 2
+_OPTIONS_TAG = b"\x22"  # SowDelete.options = 4
+
+
+def queue_ack_entry(topic: str, bookmarks: str, options: str = "") -> bytes:
+    """`frame_entry(queue_ack_command(AckBatch(topic, bookmarks.split(",")), options))`, built
+    without a protobuf object (one per ack batch)."""
+    parts = [_string_field(_TOPIC_TAG, topic), _string_field(_BOOKMARK_TAG, bookmarks)]
+    if options:
+        parts.append(_string_field(_OPTIONS_TAG, options))
+    body = b"".join(parts)
+    command = b"".join((_SOW_DELETE_TAG, varint(len(body)), body))
+    return b"".join((_FRAME_COMMAND_TAG, varint(len(command)), command))
+
+
+def _string_field(tag: bytes, value: str) -> bytes:
+    encoded = value.encode()
+    return b"".join((tag, varint(len(encoded)), encoded)) if encoded else b""
+
+
 def sow_delete_command(
     cmd_id: str, topic: str, *, bookmark: str, filter: str, options: str
 ) -> client_pb2.Command:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import grpc
 import grpc.aio
@@ -27,7 +27,8 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # A frame stays well under the gRPC message limit even with large payloads.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 
-MessageHandler = Callable[[client_pb2.ServerMessage], None]
+# Sees the messages of each received frame at once (a frame carries up to hundreds).
+MessagesHandler = Callable[[Iterable[client_pb2.ServerMessage]], None]
 LostHandler = Callable[["Connection", AmpsError], None]
 
 
@@ -44,7 +45,7 @@ def broken_error(error: BaseException) -> AmpsError:
 
 
 class Connection:
-    """A logged-on stream; `on_message` sees every server message, `on_lost` fires once."""
+    """A logged-on stream; `on_messages` sees each frame's messages, `on_lost` fires once."""
 
     def __init__(
         self,
@@ -52,13 +53,13 @@ class Connection:
         *,
         flush_interval_s: float,
         max_frame_commands: int,
-        on_message: MessageHandler,
+        on_messages: MessagesHandler,
         on_lost: LostHandler,
     ) -> None:
         self.target = target
         self._flush_interval_s = flush_interval_s
         self.max_frame_commands = max_frame_commands
-        self._on_message = on_message
+        self._on_messages = on_messages
         self._on_lost = on_lost
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
@@ -118,10 +119,11 @@ class Connection:
                 raise ConnectionBroken(f"{self.target}: stream ended before the logon ack")
             self.frames_received += 1
             messages: list[client_pb2.ServerMessage] = list(frame.messages)
-            for message in messages:
+            for index, message in enumerate(messages):
                 if message.WhichOneof("body") == "ack" and message.ack.cmd_id == cmd_id:
+                    self._on_messages(messages[:index])
                     return message.ack
-                self._on_message(message)
+            self._on_messages(messages)
 
     def start(self) -> None:
         """Start the writer and reader once logged on."""
@@ -133,6 +135,11 @@ class Connection:
     def send(self, command: client_pb2.Command) -> int:
         """Queue one command for the next frame; return how many commands are queued."""
         entry = commands.frame_entry(command)
+        self._parts.append(entry)
+        return self._queued_one(len(entry))
+
+    def send_entry(self, entry: bytes) -> int:
+        """Queue one command already serialized as a frame entry (`commands.*_entry`)."""
         self._parts.append(entry)
         return self._queued_one(len(entry))
 
@@ -214,8 +221,7 @@ class Connection:
                         )
                     raise ConnectionBroken(f"{self.target}: stream ended ({code.name})")
                 self.frames_received += 1
-                for message in frame.messages:
-                    self._on_message(message)
+                self._on_messages(frame.messages)
         except asyncio.CancelledError:
             raise
         except BaseException as error:

@@ -68,13 +68,10 @@ class Message:
 
     async def ack(self, *, cancel: bool = False, expire: bool = False) -> None:
         """Acknowledge a queue message (Q10); `cancel` returns it (Q11), `expire` ends it (Q12)."""
-        if not self.is_queue or self.acked or self._client is None:
+        if self.acked or not self.is_queue or self._client is None:
             return
         self.acked = True
-        if cancel or expire:
-            self._client._ack_nowait(self, cancel=cancel, expire=expire)
-        else:
-            self._client._ack_nowait(self)
+        self._client._ack_nowait(self, cancel, expire)
 
     def __repr__(self) -> str:
         return f"Message(topic={self.topic!r}, bookmark={self.bookmark!r}, {len(self.data)} bytes)"
@@ -130,27 +127,25 @@ class Subscription:
         if self._previous is not None:
             previous, self._previous = self._previous, None
             await previous.ack()
-        while not self._buffer:
+        while True:
+            if self._buffer:
+                item = self._take()
+                if item is not None:
+                    return item
             if self._ended:
                 if self._error is not None:
                     raise self._error
                 raise StopAsyncIteration
             self._ready.clear()
             await self._ready.wait()
-        item = self._buffer.popleft()
-        if item is _END:
-            self._ended = True
-            return await self.__anext__()
-        assert isinstance(item, Message)
-        if item.bookmark and not item.is_queue:
-            self.last_bookmark = item.bookmark
-        if self.auto_ack and item.is_queue:
-            self._previous = item
-        return item
 
     async def get(self, timeout_s: float | None = None) -> Message | None:
         """The next message, or None when none arrives within `timeout_s` or the stream ended."""
-        if self._buffer:  # nothing to wait for: no timeout to arm
+        if self._buffer and self._previous is None:  # the usual case: no await at all
+            item = self._take()
+            if item is not None:
+                return item
+        if self._buffer or self._ended:  # nothing to wait for: no timeout to arm
             try:
                 return await self.__anext__()
             except StopAsyncIteration:
@@ -160,6 +155,23 @@ class Subscription:
                 return await self.__anext__()
         except (StopAsyncIteration, TimeoutError):
             return None
+
+    def _take(self) -> Message | None:
+        """The next buffered message (None when only end markers were left)."""
+        buffer = self._buffer
+        while buffer:
+            item = buffer.popleft()
+            if item is _END:
+                self._ended = True
+                continue
+            assert isinstance(item, Message)
+            if item.is_queue:
+                if self.auto_ack:
+                    self._previous = item
+            elif item.bookmark:
+                self.last_bookmark = item.bookmark
+            return item
+        return None
 
     async def wait_completed(self, timeout_s: float | None = None) -> None:
         """Wait for the `completed` ack: a bookmark replay has caught up with live messages."""
@@ -177,9 +189,9 @@ class Subscription:
 
     # --- Called by the client ------------------------------------------------------------------
 
-    def deliver_nowait(self, message: Message) -> None:
-        """Buffer one delivery for the application."""
-        self._buffer.append(message)
+    def deliver(self, messages: list[Message]) -> None:
+        """Buffer deliveries for the application (one wake-up for all of them)."""
+        self._buffer.extend(messages)
         self._ready.set()
 
     def mark_completed(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from amps.client import commands
@@ -13,6 +13,8 @@ from amps.v1 import client_pb2
 
 if TYPE_CHECKING:
     from amps.client.aio import Client
+
+_new_message = Message.__new__
 
 
 def subscribe_command(cmd_id: str, sub: Subscription, bookmark: str | None) -> client_pb2.Command:
@@ -89,24 +91,75 @@ class SubscriptionRegistry:
             sub.end(error_for_code(ack.error_code, ack.reason or "resubscribe failed"))
         return True
 
-    def on_delivery(self, delivery: client_pb2.Delivery) -> None:
-        """Hand a delivery to the sow query or to each subscription it names."""
-        self.delivered_count += 1
-        if delivery.query_id:
-            results = self._queries.get(delivery.query_id)
-            if results is not None:
-                results.append(self._to_message(delivery, ""))
-                return
-        sub_ids = delivery.sub_ids
-        if len(sub_ids) == 1:  # the usual case (queues, one subscription): fields read once
-            sub = self._subs.get(sub_ids[0])
-            if sub is not None:
-                sub.deliver_nowait(self._to_message(delivery, sub_ids[0]))
-            return
-        for sub_id in sub_ids:
-            sub = self._subs.get(sub_id)
-            if sub is not None:
-                sub.deliver_nowait(self._to_message(delivery, sub_id))
+    def on_messages(
+        self, messages: Iterable[client_pb2.ServerMessage]
+    ) -> list[client_pb2.ServerMessage]:
+        """Route the deliveries of one frame; return its other messages (acks, markers, ...).
+
+        The hot path (queue and live deliveries naming one subscription) reads each protobuf
+        field once (every read builds a new object), builds the Message without a constructor
+        call, and hands a subscription all of its messages in the frame in one step.
+        """
+        others: list[client_pb2.ServerMessage] = []
+        subs = self._subs
+        queries = self._queries
+        client = self._client
+        new = _new_message
+        count = 0
+        sub: Subscription | None = None
+        sub_id = ""
+        batch: list[Message] = []
+        for message in messages:
+            if not message.HasField("delivery"):
+                others.append(message)
+                continue
+            delivery = message.delivery
+            count += 1
+            if queries:
+                query_id = delivery.query_id
+                results = queries.get(query_id) if query_id else None
+                if results is not None:
+                    results.append(self._to_message(delivery, ""))
+                    continue
+            sub_ids = delivery.sub_ids
+            if len(sub_ids) != 1:
+                if batch:  # keep each subscription's order
+                    assert sub is not None
+                    sub.deliver(batch)
+                    batch = []
+                for other_id in sub_ids:
+                    other = subs.get(other_id)
+                    if other is not None:
+                        other.deliver([self._to_message(delivery, other_id)])
+                continue
+            this_id = sub_ids[0]
+            if this_id != sub_id:
+                if batch:
+                    assert sub is not None
+                    sub.deliver(batch)
+                    batch = []
+                sub_id = this_id
+                sub = subs.get(this_id)
+            if sub is None:
+                continue
+            item = new(Message)
+            item._client = client
+            item.topic = delivery.topic
+            item.data = delivery.data
+            item.bookmark = delivery.bookmark
+            item.sub_id = this_id
+            item.txid = delivery.txid
+            item.timestamp_us = delivery.timestamp_us
+            lease_deadline_us = item.lease_deadline_us = delivery.lease_deadline_us
+            item.delivery_count = delivery.delivery_count
+            item.is_queue = delivery.queue or lease_deadline_us > 0
+            item.acked = False
+            batch.append(item)
+        if batch:
+            assert sub is not None
+            sub.deliver(batch)
+        self.delivered_count += count
+        return others
 
     def _to_message(self, delivery: client_pb2.Delivery, sub_id: str) -> Message:
         # Each protobuf field read builds a new object: read each once.

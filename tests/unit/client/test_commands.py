@@ -6,7 +6,7 @@ import pytest
 
 from amps.client import commands, connection
 from amps.client.connection import Connection
-from amps.client.policy import StoredPublish
+from amps.client.policy import AckBatch, StoredPublish
 from amps.v1 import client_pb2
 
 
@@ -35,7 +35,7 @@ async def test_queued_commands_become_frames_in_order_within_limits(
         "127.0.0.1:1",
         flush_interval_s=0.001,
         max_frame_commands=5,
-        on_message=lambda message: None,
+        on_messages=lambda messages: None,
         on_lost=lambda conn, error: None,
     )
     expected = []
@@ -55,3 +55,16 @@ async def test_queued_commands_become_frames_in_order_within_limits(
         3,
         2,
     ]
+
+
+@pytest.mark.parametrize("topic", ["work", "", "tópico/ü" * 40])
+@pytest.mark.parametrize("count", [1, 2, 300])
+@pytest.mark.parametrize("options", ["", "cancel", "expire"])
+def test_queue_ack_entry_parses_as_the_queue_ack_command(
+    topic: str, count: int, options: str
+) -> None:
+    batch = AckBatch(topic, tuple(f"{7094790850998930143 + i}|{i}|" for i in range(count)))
+    entry = commands.queue_ack_entry(topic, batch.bookmark_list, options)
+    assert entry == commands.frame_entry(commands.queue_ack_command(batch, options))
+    (command,) = client_pb2.ClientFrame.FromString(entry).commands
+    assert command == commands.queue_ack_command(batch, options)

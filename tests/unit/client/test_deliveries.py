@@ -1,0 +1,285 @@
+"""Client receive path without a server: frames routed to subscriptions, get()/iteration, acks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from amps.client import Client, Message, Subscription, commands
+from amps.client.connection import Connection
+from amps.errors import ConnectionBroken
+from amps.v1 import client_pb2
+
+QUEUE_SUB = "c-sub-1"
+
+
+def delivery(
+    bookmark: str, sub_ids: tuple[str, ...] = (QUEUE_SUB,), *, queue: bool = True, **fields: object
+) -> client_pb2.ServerMessage:
+    lease = 1_700_000_030_000_000 if queue else 0
+    values: dict[str, object] = {
+        "topic": "work",
+        "data": b'{"n": %s}' % bookmark.encode(),
+        "bookmark": bookmark,
+        "sub_ids": list(sub_ids),
+        "txid": 42,
+        "timestamp_us": 1_700_000_000_000_000,
+        "lease_deadline_us": lease,
+        "delivery_count": 1 if queue else 0,
+        "queue": queue,
+    }
+    values.update(fields)
+    return client_pb2.ServerMessage(delivery=client_pb2.Delivery(**values))  # type: ignore[arg-type]
+
+
+def frame(*messages: client_pb2.ServerMessage) -> client_pb2.ServerFrame:
+    """Through the wire form, as the connection's reader sees it."""
+    raw = client_pb2.ServerFrame(messages=list(messages)).SerializeToString()
+    return client_pb2.ServerFrame.FromString(raw)
+
+
+class Harness:
+    """A Client whose stream is a Connection that is never opened: frames go in by hand and
+    the commands it would write are read back from its queue."""
+
+    def __init__(self, **options: object) -> None:
+        self.client = Client("c", **options)  # type: ignore[arg-type]
+        self.client._state = "connected"
+        self.conn = Connection(
+            "127.0.0.1:1",
+            flush_interval_s=0.001,
+            max_frame_commands=500,
+            on_messages=self.client._on_messages,
+            on_lost=self.client._on_lost,
+        )
+        self.client._conn = self.conn
+
+    def subscription(self, sub_id: str = QUEUE_SUB, *, backlog: int | None = 9) -> Subscription:
+        sub = Subscription(
+            self.client,
+            sub_id=sub_id,
+            topic="work",
+            filter="",
+            bookmark=None,
+            options="",
+            max_backlog=backlog,
+            auto_ack=self.client._auto_ack,
+        )
+        self.client._subs.add(sub)
+        if backlog is not None:
+            ack = client_pb2.Ack(status="success", options=f"max_backlog={backlog}")
+            self.client._subs.on_subscribed(sub, ack)
+        return sub
+
+    def receive(self, *messages: client_pb2.ServerMessage) -> None:
+        self.conn._on_messages(frame(*messages).messages)
+
+    def sent(self) -> list[client_pb2.Command]:
+        return [
+            command
+            for raw in self.conn._take_frames()
+            for command in client_pb2.ClientFrame.FromString(raw).commands
+        ]
+
+
+async def test_a_frame_of_queue_deliveries_becomes_messages_in_order() -> None:
+    h = Harness()
+    sub = h.subscription()
+    h.receive(*(delivery(f"7|{n}|") for n in range(1, 4)))
+    got = [await sub.get(0) for _ in range(3)]
+    assert [m.bookmark for m in got if m is not None] == ["7|1|", "7|2|", "7|3|"]
+    first = got[0]
+    assert isinstance(first, Message)
+    assert (first.topic, first.data, first.sub_id, first.txid) == (
+        "work",
+        b'{"n": 7|1|}',
+        QUEUE_SUB,
+        42,
+    )
+    assert first.timestamp_us == 1_700_000_000_000_000
+    assert (first.lease_deadline_us, first.delivery_count) == (1_700_000_030_000_000, 1)
+    assert first.is_queue
+    assert not first.acked
+    assert await sub.get(0) is None
+    assert h.client.statistics().delivered == 3
+    assert sub.last_bookmark is None  # queue bookmarks are not replay positions
+
+
+async def test_deliveries_for_several_subscriptions_in_one_frame() -> None:
+    h = Harness()
+    a, b = h.subscription("a", backlog=None), h.subscription("b", backlog=None)
+    h.receive(
+        delivery("1|1|", ("a",), queue=False),
+        delivery("1|2|", ("b",), queue=False),
+        delivery("1|3|", ("a", "b"), queue=False),
+        delivery("1|4|", ("gone",), queue=False),
+        delivery("1|5|", ("a",), queue=False),
+        client_pb2.ServerMessage(heartbeat=client_pb2.Heartbeat()),
+    )
+    got_a, got_b = await drain(a), await drain(b)
+    assert [(m.bookmark, m.sub_id) for m in got_a] == [("1|1|", "a"), ("1|3|", "a"), ("1|5|", "a")]
+    assert [(m.bookmark, m.sub_id) for m in got_b] == [("1|2|", "b"), ("1|3|", "b")]
+    assert a.last_bookmark == "1|5|"
+    assert b.last_bookmark == "1|3|"
+    assert not any(m.is_queue for m in got_a + got_b)
+    assert h.client.statistics().delivered == 5
+
+
+async def drain(sub: Subscription) -> list[Message]:
+    result = []
+    while (message := await sub.get(0)) is not None:
+        result.append(message)
+    return result
+
+
+async def test_lease_without_queue_flag_is_a_queue_message() -> None:
+    h = Harness()
+    sub = h.subscription()
+    h.receive(delivery("7|1|", queue=False, lease_deadline_us=5))
+    message = await sub.get(0)
+    assert message is not None
+    assert message.is_queue
+
+
+async def test_sow_results_and_acks_in_the_same_frame() -> None:
+    h = Harness()
+    sub = h.subscription()
+    h.client._subs.start_query("q1")
+    future: asyncio.Future[client_pb2.Ack] = asyncio.get_running_loop().create_future()
+    h.client._pending["5"] = future
+    h.receive(
+        client_pb2.ServerMessage(group_begin=client_pb2.GroupBegin(query_id="q1")),
+        delivery("7|1|", (), query_id="q1"),
+        delivery("7|2|"),
+        delivery("7|3|", (), query_id="q1"),
+        client_pb2.ServerMessage(ack=client_pb2.Ack(cmd_id="5", status="success")),
+    )
+    assert [m.bookmark for m in h.client._subs.finish_query("q1")] == ["7|1|", "7|3|"]
+    assert [m.bookmark for m in await drain(sub)] == ["7|2|"]
+    assert future.result().status == "success"
+
+
+async def test_iteration_waits_for_the_next_frame_and_ends_after_the_buffer() -> None:
+    h = Harness()
+    sub = h.subscription()
+    h.receive(delivery("7|1|"))
+
+    async def collect() -> list[str]:
+        return [message.bookmark async for message in sub]
+
+    task = asyncio.create_task(collect())
+    await asyncio.sleep(0)
+    h.receive(delivery("7|2|"), delivery("7|3|"))
+    await asyncio.sleep(0)
+    sub.end()
+    h.receive(delivery("7|4|"))  # after the end marker: still handed out, then the end
+    assert await asyncio.wait_for(task, 1) == ["7|1|", "7|2|", "7|3|", "7|4|"]
+    assert await sub.get(0) is None
+
+
+async def test_get_raises_the_end_error_after_the_buffer() -> None:
+    h = Harness()
+    sub = h.subscription()
+    h.receive(delivery("7|1|"))
+    sub.end(ConnectionBroken("gone"))
+    assert (await sub.get(0)) is not None
+    with pytest.raises(ConnectionBroken):
+        await sub.get(0)
+    with pytest.raises(ConnectionBroken):
+        await sub.get(None)
+
+
+async def test_get_times_out_then_returns_a_later_delivery() -> None:
+    h = Harness()
+    sub = h.subscription()
+    assert await sub.get(0.01) is None
+    asyncio.get_running_loop().call_later(0.01, h.receive, delivery("7|1|"))
+    message = await sub.get(1.0)
+    assert message is not None
+    assert message.bookmark == "7|1|"
+
+
+async def test_acks_are_batched_per_topic_capped_by_the_backlog() -> None:
+    h = Harness()  # granted backlog 9: batches of 3
+    sub = h.subscription()
+    h.receive(*(delivery(f"7|{n}|") for n in range(1, 8)))
+    for _ in range(7):
+        message = await sub.get(0)
+        assert message is not None
+        await message.ack()
+        await message.ack()  # a second ack of the same message is a no-op
+    sent = h.sent()
+    assert [c.sow_delete.bookmark for c in sent] == ["7|1|,7|2|,7|3|", "7|4|,7|5|,7|6|"]
+    assert {(c.sow_delete.topic, c.sow_delete.options, c.ack_type) for c in sent} == {
+        ("work", "", "")
+    }
+    await h.client.flush_acks()
+    assert [c.sow_delete.bookmark for c in h.sent()] == ["7|7|"]
+    assert h.client.statistics().acks_sent == 7
+    h.client._acks.cancel_timer()
+
+
+async def test_cancel_and_expire_are_sent_at_once_and_non_queue_acks_do_nothing() -> None:
+    h = Harness()
+    sub = h.subscription()
+    live = h.subscription("live", backlog=None)
+    h.receive(delivery("7|1|"), delivery("7|2|"), delivery("7|3|"))
+    h.receive(delivery("1|1|", ("live",), queue=False))
+    first, second, third = [await sub.get(0) for _ in range(3)]
+    assert first is not None
+    assert second is not None
+    assert third is not None
+    await first.ack(cancel=True)
+    await second.ack(expire=True)
+    await h.client.ack_message(third, cancel=True)
+    plain = await live.get(0)
+    assert plain is not None
+    assert not plain.is_queue
+    await plain.ack()
+    sent = [(c.sow_delete.bookmark, c.sow_delete.options) for c in h.sent()]
+    assert sent == [("7|1|", "cancel"), ("7|2|", "expire"), ("7|3|", "cancel")]
+    assert not plain.acked
+
+
+async def test_auto_ack_acks_when_the_iterator_moves_on() -> None:
+    h = Harness(auto_ack=True, ack_batch_size=1)
+    sub = h.subscription()
+    h.receive(delivery("7|1|"), delivery("7|2|"))
+    first = await sub.get(0)
+    assert first is not None
+    assert not first.acked
+    second = await sub.__anext__()
+    assert first.acked
+    assert not second.acked
+    assert [c.sow_delete.bookmark for c in h.sent()] == ["7|1|"]
+    assert sub.take_auto_ack() is second
+
+
+async def test_acks_while_disconnected_are_dropped() -> None:
+    h = Harness()
+    sub = h.subscription()
+    h.receive(delivery("7|1|"))
+    message = await sub.get(0)
+    assert message is not None
+    h.client._conn = None
+    await message.ack()
+    assert message.acked
+    assert h.sent() == []
+
+
+def test_hand_built_ack_entries_join_into_frames() -> None:
+    conn = Connection(
+        "127.0.0.1:1",
+        flush_interval_s=0.001,
+        max_frame_commands=2,
+        on_messages=lambda messages: None,
+        on_lost=lambda conn, error: None,
+    )
+    for n in range(3):
+        conn.send_entry(commands.queue_ack_entry("work", f"7|{n}|"))
+    frames = [client_pb2.ClientFrame.FromString(f) for f in conn._take_frames()]
+    assert [[c.sow_delete.bookmark for c in f.commands] for f in frames] == [
+        ["7|0|", "7|1|"],
+        ["7|2|"],
+    ]
