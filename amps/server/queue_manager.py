@@ -70,9 +70,15 @@ class QueueManager:
         if not self.drivers:
             return
         batches: dict[QueueDriver, list[PublishRecord]] = {}
+        # Runs of records share a topic: its batches are looked up once per run.
+        last_topic: str | None = None
+        targets: list[list[PublishRecord]] = []
         for record in records:
-            for driver in self.routes(record.topic):
-                batches.setdefault(driver, []).append(record)
+            if record.topic != last_topic:
+                last_topic = record.topic
+                targets = [batches.setdefault(d, []) for d in self.routes(last_topic)]
+            for batch in targets:
+                batch.append(record)
         for driver, batch in batches.items():
             driver.publish_many(batch, now_ms)
 
