@@ -1,8 +1,9 @@
 """The transaction log: segment files, group-commit fsync, recovery, reads (L1-L8). [io]
 
 Appends are synchronous and only buffer; `commit()` writes and fsyncs everything buffered in a
-worker thread, so the event loop keeps accepting appends meanwhile, and one fsync covers every
-record appended since the previous one. A failed write or fsync fails the journal for good.
+writer thread of the journal's own, so the event loop keeps accepting appends meanwhile, and one
+fsync covers every record appended since the previous one. A failed write or fsync fails the
+journal for good.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from amps.errors import JournalError
@@ -37,6 +41,8 @@ __all__ = ["Journal", "JournalStatistics"]
 
 FsyncObserver = Callable[[float], None]
 CHECKPOINT_EVERY_BYTES = 32 << 20
+# What the writer thread reports for a batch: each fsync's duration, or what went wrong.
+FlushResult = list[float] | BaseException
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,50 @@ class JournalStatistics:
     pending_bytes: int
     segment_count: int
     fsync_count: int
+
+
+class _WriterThread:
+    """One thread that writes and fsyncs batches and reports each result on the event loop.
+
+    The result goes straight to a loop callback (`call_soon_threadsafe`). `asyncio.to_thread`
+    plus a task per flush took several more loop iterations per commit to come back, and on a
+    busy loop each iteration can take milliseconds: that was most of a commit's latency.
+    """
+
+    def __init__(self, writer: SegmentWriter) -> None:
+        self._writer = writer
+        self._work: queue.SimpleQueue[
+            tuple[list[bytes | Rotate], SegmentSummary | None, asyncio.AbstractEventLoop,
+                  Callable[[FlushResult], None]] | None
+        ] = queue.SimpleQueue()  # fmt: skip
+        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        self._thread.start()
+
+    def submit(
+        self,
+        batch: list[bytes | Rotate],
+        checkpoint: SegmentSummary | None,
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[FlushResult], None],
+    ) -> None:
+        """Write and fsync `batch`; `done(result)` runs on `loop` afterwards."""
+        self._work.put((batch, checkpoint, loop, done))
+
+    def _run(self) -> None:
+        while (item := self._work.get()) is not None:
+            batch, checkpoint, loop, done = item
+            result: FlushResult
+            try:
+                result = self._writer.write_batch(batch, checkpoint)
+            except BaseException as exc:  # reported to the loop: the journal fails for good
+                result = exc
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+                loop.call_soon_threadsafe(done, result)
+
+    def stop(self) -> None:
+        """Finish the batch in hand (if any) and end the thread."""
+        self._work.put(None)
+        self._thread.join()
 
 
 class Journal:
@@ -76,7 +126,9 @@ class Journal:
         self._pending: list[bytes | Rotate] = []
         self._pending_bytes = 0
         self._writer: SegmentWriter | None = None
-        self._flush_task: asyncio.Task[None] | None = None
+        self._writer_thread: _WriterThread | None = None
+        self._flushing = False  # a batch is with the writer thread
+        self._flush_waiters: list[asyncio.Future[None]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._failure: JournalError | None = None
         self._lock_fd = -1
@@ -300,34 +352,56 @@ class Journal:
         while self._durable_txid < target:
             if self._failure is not None:
                 raise JournalError(f"journal failed earlier: {self._failure.message}")
-            task = self._flush_task
-            if task is None:
-                task = self._flush_task = asyncio.get_running_loop().create_task(self._flush())
-            await asyncio.shield(task)
+            await self._next_flush()
         return self._durable_txid
 
-    async def _flush(self, *, force_checkpoint: bool = False) -> None:
-        try:
-            batch, last_txid = self._pending, self._next_txid - 1
-            self._pending, self._pending_bytes = [], 0
-            assert self._writer is not None
-            active = self._active
-            checkpoint = None
-            if force_checkpoint or active.size_bytes >= self._checkpoint_at_bytes:
-                # Bounds the part of the newest segment that a reopen must scan (time to open).
-                checkpoint = active.summary()
-                self._checkpoint_at_bytes = active.size_bytes + CHECKPOINT_EVERY_BYTES
-            try:
-                durations = await asyncio.to_thread(self._writer.write_batch, batch, checkpoint)
-            except OSError as exc:
-                self._failure = JournalError(f"journal write or fsync failed: {exc}")
-                raise self._failure from exc
-            self._durable_txid = last_txid
-            if self.on_fsync is not None:
-                for seconds in durations:
-                    self.on_fsync(seconds)
-        finally:
-            self._flush_task = None
+    def start_commit(self) -> None:
+        """Hand what is appended to the writer now, without waiting for it (see `commit`)."""
+        if self._pending and not self._flushing and self._failure is None:
+            self._start_flush()
+
+    async def _next_flush(self, *, force_checkpoint: bool = False) -> None:
+        """Wait for the batch with the writer, or start one and wait for it."""
+        if not self._flushing:
+            self._start_flush(force_checkpoint=force_checkpoint)
+        # One future per waiter: a waiter cancelled while it waits leaves the others waiting.
+        waiter = asyncio.get_running_loop().create_future()
+        self._flush_waiters.append(waiter)
+        await waiter
+
+    def _start_flush(self, *, force_checkpoint: bool = False) -> None:
+        batch, last_txid = self._pending, self._next_txid - 1
+        self._pending, self._pending_bytes = [], 0
+        assert self._writer is not None
+        active = self._active
+        checkpoint = None
+        if force_checkpoint or active.size_bytes >= self._checkpoint_at_bytes:
+            # Bounds the part of the newest segment that a reopen must scan (time to open).
+            checkpoint = active.summary()
+            self._checkpoint_at_bytes = active.size_bytes + CHECKPOINT_EVERY_BYTES
+        if self._writer_thread is None:
+            self._writer_thread = _WriterThread(self._writer)
+        self._flushing = True
+        loop = asyncio.get_running_loop()
+        self._writer_thread.submit(batch, checkpoint, loop, partial(self._flushed, last_txid))
+
+    def _flushed(self, last_txid: int, result: FlushResult) -> None:
+        """On the loop: the writer is done with a batch; wake everyone waiting for it."""
+        self._flushing = False
+        waiters, self._flush_waiters = self._flush_waiters, []
+        if isinstance(result, BaseException):
+            self._failure = JournalError(f"journal write or fsync failed: {result}")
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(self._failure)
+            return
+        self._durable_txid = last_txid
+        if self.on_fsync is not None:
+            for seconds in result:
+                self.on_fsync(seconds)
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def start_flusher(self) -> None:
         """Commit in the background so no record waits more than ~flush_interval_ms."""
@@ -356,10 +430,15 @@ class Journal:
         try:
             if self._failure is None and not self.read_only:
                 await self.commit()
-                if self._flush_task is None:  # a clean close reopens without any scan
-                    await self._flush(force_checkpoint=True)
+                while self._flushing:  # one the commit loop started and no longer waits for
+                    await self._next_flush()
+                # A clean close reopens without any scan.
+                await self._next_flush(force_checkpoint=True)
         finally:
             self._closed = True
+            if self._writer_thread is not None:
+                self._writer_thread.stop()
+                self._writer_thread = None
             if self._writer is not None:
                 self._writer.close()
             self.reader.close()

@@ -309,6 +309,9 @@ class Instance:
                 self._commit_wanted.clear()
                 if self.journal.last_txid > self.dispatched_txid:
                     durable = await self.journal.commit()
+                    # What was appended during that fsync goes to disk while the durable
+                    # records are acknowledged and delivered, not after.
+                    self.journal.start_commit()
                 else:
                     durable = self.dispatched_txid
                 self._after_commit(durable)
