@@ -433,3 +433,30 @@ async def test_a_damaged_checkpoint_means_a_full_scan(tmp_path: Path) -> None:
     again = _open(tmp_path)
     assert [r.txid for r in again.read(1, 100)] == list(range(1, 16))
     await again.close()
+
+
+async def test_a_cancelled_commit_leaves_other_waiters_waiting(tmp_path: Path) -> None:
+    """Each commit waits on its own future: cancelling one caller does not fail the others."""
+    journal = _open(tmp_path)
+    journal.append_publish(topic="t", data=b"x", publisher_id=9, seq=1, timestamp_us=1)
+    first = asyncio.ensure_future(journal.commit())
+    second = asyncio.ensure_future(journal.commit())
+    await asyncio.sleep(0)
+    first.cancel()
+    assert await second == 1
+    assert journal.durable_txid == 1
+    await journal.close()
+
+
+async def test_start_commit_writes_without_being_awaited(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    journal.append_publish(topic="t", data=b"x", publisher_id=9, seq=1, timestamp_us=1)
+    journal.start_commit()
+    journal.start_commit()  # one batch at a time: nothing new to hand over
+    for _ in range(500):
+        if journal.durable_txid == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert journal.durable_txid == 1
+    assert journal.statistics().fsync_count == 1
+    await journal.close()
