@@ -73,7 +73,15 @@ def publish_head(topic: str, size: int, seq: int) -> bytes:
     field is written before the data (protobuf accepts fields in any order), so the data, the
     only large part, is the entry's tail and is never copied into a command of its own.
     """
-    seq_bytes = varint(seq) if seq else b""
+    # varint(seq), inlined for the usual sizes (0 is left out, as protobuf does)
+    if seq < 0x80:
+        seq_bytes = _ONE_BYTE_VARINTS[seq] if seq else b""
+    elif seq < 0x4000:
+        seq_bytes = bytes((seq & 0x7F | 0x80, seq >> 7))
+    elif seq < 0x20_0000:
+        seq_bytes = bytes((seq & 0x7F | 0x80, (seq >> 7) & 0x7F | 0x80, seq >> 14))
+    else:
+        seq_bytes = varint(seq)
     key = (topic, size, len(seq_bytes))
     parts = _heads.get(key)
     if parts is None:

@@ -110,28 +110,29 @@ class SubscriptionRegistry:
         sub_id = ""
         batch: list[Message] = []
         for message in messages:
-            if not message.HasField("delivery"):
-                others.append(message)
-                continue
+            # An unset oneof member reads as an empty Delivery: no sub_ids (checked below).
             delivery = message.delivery
-            count += 1
-            if queries:
-                query_id = delivery.query_id
-                results = queries.get(query_id) if query_id else None
-                if results is not None:
-                    results.append(self._to_message(delivery, ""))
-                    continue
             sub_ids = delivery.sub_ids
-            if len(sub_ids) != 1:
+            if len(sub_ids) != 1 or queries:
+                if not message.HasField("delivery"):
+                    others.append(message)
+                    continue
+                count += 1
                 if batch:  # keep each subscription's order
                     assert sub is not None
                     sub.deliver(batch)
                     batch = []
+                query_id = delivery.query_id if queries else ""
+                results = queries.get(query_id) if query_id else None
+                if results is not None:
+                    results.append(self._to_message(delivery, ""))
+                    continue
                 for other_id in sub_ids:
                     other = subs.get(other_id)
                     if other is not None:
                         other.deliver([self._to_message(delivery, other_id)])
                 continue
+            count += 1
             this_id = sub_ids[0]
             if this_id != sub_id:
                 if batch:
