@@ -73,6 +73,11 @@ def publish_head(topic: str, size: int, seq: int) -> bytes:
     field is written before the data (protobuf accepts fields in any order), so the data, the
     only large part, is the entry's tail and is never copied into a command of its own.
     """
+    return b"".join(publish_head_parts(topic, size, seq))
+
+
+def publish_head_parts(topic: str, size: int, seq: int) -> tuple[bytes, bytes, bytes]:
+    """`publish_head` in three pieces (cached, the seq value, cached) that a frame joins."""
     # varint(seq), inlined for the usual sizes (0 is left out, as protobuf does)
     if seq < 0x80:
         seq_bytes = _ONE_BYTE_VARINTS[seq] if seq else b""
@@ -89,7 +94,7 @@ def publish_head(topic: str, size: int, seq: int) -> bytes:
         if len(_heads) >= _HEAD_CACHE_ENTRIES:
             _heads.clear()
         _heads[key] = parts
-    return b"".join((parts[0], seq_bytes, parts[1]))
+    return parts[0], seq_bytes, parts[1]
 
 
 def _publish_head_parts(topic: str, size: int, seq_length: int) -> tuple[bytes, bytes]:

@@ -146,7 +146,7 @@ class Connection:
     def send_publish(self, topic: str, data: bytes, seq: int) -> int:
         """Queue `publish_command(StoredPublish(seq, topic, data))` without building it."""
         parts = self._parts
-        parts.append(commands.publish_head(topic, len(data), seq))
+        parts += commands.publish_head_parts(topic, len(data), seq)
         parts.append(data)
         # _queued_one, inlined (the publish hot path).
         self._queued += 1

@@ -77,7 +77,8 @@ class Message:
         return f"Message(topic={self.topic!r}, bookmark={self.bookmark!r}, {len(self.data)} bytes)"
 
 
-_END = object()
+# The end marker in a subscription's buffer (a Message, so the buffer holds one type).
+_END = Message(None, topic="", data=b"")
 
 
 class Subscription:
@@ -108,7 +109,7 @@ class Subscription:
         self.is_queue = False
         # Bookmark of the last message handed to the application: where a replay resumes.
         self.last_bookmark: str | None = None
-        self._buffer: deque[Message | object] = deque()
+        self._buffer: deque[Message] = deque()
         self._ready = asyncio.Event()
         self._completed = asyncio.Event()
         self._error: AmpsError | None = None
@@ -164,7 +165,6 @@ class Subscription:
             if item is _END:
                 self._ended = True
                 continue
-            assert isinstance(item, Message)
             if item.is_queue:
                 if self.auto_ack:
                     self._previous = item
