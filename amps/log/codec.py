@@ -390,14 +390,15 @@ _HEAD_PUBLISH = struct.Struct("<III" + _PUBLISH.format.lstrip("<"))
 
 def decode_publishes(
     buf: bytes, offset: int, end: int, from_txid: int, upper_txid: int, limit: int,
-    out: list[PublishRecord],
-) -> tuple[int, int]:  # fmt: skip
+    out: list[PublishRecord], max_bytes: int = 1 << 62,
+) -> tuple[int, int, int]:  # fmt: skip
     """Append the publishes of txids from_txid..upper_txid among the complete frames from
-    `offset` (at most `limit` of them); return (offset reached, next txid to read).
+    `offset`: at most `limit` of them, and none after the one whose data brings their total
+    to `max_bytes`. Return (offset reached, next txid to read, max_bytes less their data).
 
     What a record cache needs from a range of the log: other records and those before
     from_txid are checked (magic, length, CRC) but never built. The offset reached stops before
-    an incomplete frame, after `limit` publishes, or at the first frame past `upper_txid`;
+    an incomplete frame, after the last publish allowed, or at the first frame past `upper_txid`;
     damage raises CorruptRecord whose `offset` is the damaged frame's offset in `buf`.
 
     One CRC call per frame over a copy of it: a google_crc32c call costs ~0.6 us whatever its
@@ -408,7 +409,7 @@ def decode_publishes(
     name_cache = _name_cache
     fixed = _PUBLISH.size
     next_txid = from_txid
-    while end - offset >= HEADER_SIZE_BYTES and limit > 0:
+    while end - offset >= HEADER_SIZE_BYTES and limit > 0 and max_bytes > 0:
         if end - offset >= head_size:
             magic, crc, length, kind, txid, ts, pub, seq, otx, exp, lt, loi, log, lc = unpack_head(
                 buf, offset
@@ -457,11 +458,12 @@ def decode_publishes(
             rec.__class__ = PublishRecord  # type: ignore[assignment]
             out.append(rec)  # type: ignore[arg-type]
             limit -= 1
+            max_bytes -= stop_at - e
         offset = stop_at
         next_txid = txid + 1
-    if offset < end and limit > 0 and end - offset < HEADER_SIZE_BYTES:
+    if offset < end and limit > 0 and max_bytes > 0 and end - offset < HEADER_SIZE_BYTES:
         frame_length(buf, offset, end)  # a partial header must at least start with the magic
-    return offset, next_txid
+    return offset, next_txid, max_bytes
 
 
 def find_next_frame(buf: bytes | memoryview, start: int, end: int) -> int | None:

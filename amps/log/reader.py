@@ -107,9 +107,11 @@ class SegmentReader:
             offset += consumed
 
     def read_publishes(
-        self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int
-    ) -> list[PublishRecord]:
-        """The publishes among txids from_txid..upper_txid (at most max_records), oldest first.
+        self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int,
+        max_bytes: int = 1 << 62,
+    ) -> list[PublishRecord]:  # fmt: skip
+        """The publishes among txids from_txid..upper_txid, oldest first: at most max_records,
+        and none after the one whose data brings the total to max_bytes (one at least).
 
         Other records in the range are checked but not built (see codec.decode_publishes).
         """
@@ -117,33 +119,39 @@ class SegmentReader:
         firsts = [s.first_txid for s in segments]
         i = max(0, bisect_right(firsts, from_txid) - 1)
         txid = from_txid
-        while len(out) < max_records and txid <= upper_txid and i < len(segments):
+        budget = max_bytes
+        while len(out) < max_records and budget > 0 and txid <= upper_txid and i < len(segments):
             segment = segments[i]
             if txid > segment.last_txid:
                 i += 1
                 continue
             upper = min(upper_txid, segment.last_txid)
-            txid = self._read_segment_publishes(segment, txid, upper, max_records, out)
+            txid, budget = self._read_segment_publishes(
+                segment, txid, upper, max_records, budget, out
+            )
         return out
 
     def _read_segment_publishes(
-        self, segment: Segment, from_txid: int, upper_txid: int, max_records: int,
+        self, segment: Segment, from_txid: int, upper_txid: int, max_records: int, budget: int,
         out: list[PublishRecord],
-    ) -> int:  # fmt: skip
-        """Read publishes from_txid..upper_txid of one segment into `out`; the next txid."""
+    ) -> tuple[int, int]:  # fmt: skip
+        """Read publishes from_txid..upper_txid of one segment into `out`; the next txid and
+        the budget left."""
         j = bisect_right(segment.index_txids, from_txid) - 1
         assert j >= 0, (segment.first_txid, from_txid)
         offset = segment.index_offsets[j]
         average = segment.size_bytes // max(1, segment.record_count)
-        records = min(upper_txid, from_txid + max_records) - segment.index_txids[j] + 1
-        size = max(MIN_READ_BYTES, records * average + average)
+        skip = from_txid - segment.index_txids[j]
+        records = min(upper_txid - from_txid + 1, max_records - len(out))
+        wanted = min(records * average, budget + average)  # what the budget lets be read
+        size = max(MIN_READ_BYTES, skip * average + wanted + average)
         fd = self._fd(segment.first_txid)
         txid = from_txid
-        while txid <= upper_txid and len(out) < max_records:
+        while txid <= upper_txid and len(out) < max_records and budget > 0:
             chunk = os.pread(fd, size, offset)
             try:
-                consumed, txid = codec.decode_publishes(
-                    chunk, 0, len(chunk), txid, upper_txid, max_records - len(out), out
+                consumed, txid, budget = codec.decode_publishes(
+                    chunk, 0, len(chunk), txid, upper_txid, max_records - len(out), out, budget
                 )
             except CorruptRecord as exc:
                 name = segment_name(segment.first_txid)
@@ -161,7 +169,7 @@ class SegmentReader:
                 size *= 2  # one frame longer than the read
                 continue
             offset += consumed
-        return txid
+        return txid, budget
 
     def close(self) -> None:
         self._files.close()

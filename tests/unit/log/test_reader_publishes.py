@@ -3,6 +3,7 @@ returns for a range, other records checked but not built; damage is CorruptRecor
 
 from __future__ import annotations
 
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
@@ -47,10 +48,12 @@ def _expected(journal: Journal, from_txid: int, upper: int, limit: int) -> list[
     return [r for r in records if isinstance(r, PublishRecord)][:limit]
 
 
-def _read(journal: Journal, from_txid: int, upper: int, limit: int) -> list[PublishRecord]:
+def _read(
+    journal: Journal, from_txid: int, upper: int, limit: int, max_bytes: int = 1 << 62
+) -> list[PublishRecord]:
     from_txid = max(from_txid, journal.first_txid)
     upper = min(upper, journal.durable_txid)
-    return journal.reader.read_publishes(journal.segments(), from_txid, upper, limit)
+    return journal.reader.read_publishes(journal.segments(), from_txid, upper, limit, max_bytes)
 
 
 async def test_publish_reads_match_journal_reads(tmp_path: Path) -> None:
@@ -62,6 +65,19 @@ async def test_publish_reads_match_journal_reads(tmp_path: Path) -> None:
                 got = _read(journal, from_txid, upper, limit)
                 assert got == _expected(journal, from_txid, upper, limit), (from_txid, upper)
                 assert all(type(r) is PublishRecord for r in got)
+    finally:
+        await journal.close()
+
+
+async def test_publish_reads_stop_at_the_byte_budget(tmp_path: Path) -> None:
+    journal = await _journal(tmp_path, 600)
+    try:
+        every = _expected(journal, 1, 600, 10_000)
+        for budget in (1, 500, 5_000, 50_000):
+            got = _read(journal, 1, 600, 10_000, budget)
+            totals = list(accumulate(len(record.data) for record in every))
+            count = next(i for i, total in enumerate(totals, 1) if total >= budget)
+            assert got == every[:count], budget
     finally:
         await journal.close()
 
@@ -83,17 +99,22 @@ def test_decode_publishes_skips_other_records_and_reports_the_next_txid() -> Non
     later = PublishRecord(7, 9, "t", b"more", 3, 5)
     buf = codec.encode(publish) + codec.encode(removal) + codec.encode(later)
     out: list[PublishRecord] = []
-    offset, next_txid = codec.decode_publishes(buf, 0, len(buf), 5, 6, 100, out)
+    offset, next_txid, left = codec.decode_publishes(buf, 0, len(buf), 5, 6, 100, out, 1000)
     assert out == [publish]
     assert next_txid == 7
+    assert left == 1000 - len(publish.data)
     assert offset == len(codec.encode(publish)) + len(codec.encode(removal))
     out.clear()
     # A limit stops right after the last publish taken; an incomplete frame is not consumed.
-    offset, next_txid = codec.decode_publishes(buf, 0, len(buf) - 1, 0, 100, 1, out)
+    offset, next_txid, _left = codec.decode_publishes(buf, 0, len(buf) - 1, 0, 100, 1, out)
     assert (out, next_txid, offset) == ([publish], 6, len(codec.encode(publish)))
     out.clear()
-    offset, next_txid = codec.decode_publishes(buf, 0, len(buf) - 1, 6, 100, 5, out)
+    offset, next_txid, _left = codec.decode_publishes(buf, 0, len(buf) - 1, 6, 100, 5, out)
     assert (out, next_txid) == ([], 7)
+    out.clear()
+    # A byte budget stops after the publish that uses it up (one at least).
+    offset, next_txid, left = codec.decode_publishes(buf, 0, len(buf), 0, 100, 5, out, 1)
+    assert (out, next_txid, left) == ([publish], 6, 1 - len(publish.data))
 
 
 @pytest.mark.parametrize("position", [0, 5, 8, 30, -1])

@@ -57,7 +57,7 @@ async def test_read_ahead_never_pushes_out_recent_records(tmp_path: Path) -> Non
     """A lagging queue: misses at the old end, the newest records stay in memory for later."""
     journal, publishes = await _journal(tmp_path, 2000)
     recent = publishes[-500:]
-    cache = RecordCache(journal, max_bytes=500 * RECORD_BYTES, read_ahead_bytes=300 * RECORD_BYTES)
+    cache = RecordCache(journal, max_bytes=500 * RECORD_BYTES, read_ahead_bytes=600 * RECORD_BYTES)
     for record in publishes:
         cache.put(record)
     assert len(cache) == 500
@@ -69,7 +69,20 @@ async def test_read_ahead_never_pushes_out_recent_records(tmp_path: Path) -> Non
     assert all(cache.get(r.txid) is r for r in recent)
     assert cache.misses == misses
     # The read-ahead part stays bounded (it keeps at least the last read).
-    assert len(cache) <= 500 + max(300, READ_AHEAD_RECORDS)
+    assert len(cache) <= 500 + 600
+    await journal.close()
+
+
+async def test_one_read_brings_at_most_half_the_read_ahead_budget(tmp_path: Path) -> None:
+    """Large messages: a miss reads fewer records, so the read-ahead part stays bounded."""
+    journal, publishes = await _journal(tmp_path, 300)
+    cache = RecordCache(journal, max_bytes=0, read_ahead_bytes=20 * len(DATA))
+    assert cache.get(publishes[0].txid) == publishes[0]
+    assert len(cache) == 10
+    for record in publishes:
+        assert cache.get(record.txid) == record
+    assert cache.misses == 30
+    assert len(cache) <= 20
     await journal.close()
 
 
