@@ -246,6 +246,12 @@ class DeliveryEncoder:
         return size + len(entry_header)
 
 
+# Per-encoder cache bounds (a queue has one encoder per subscription, up to 4,096): a few KB
+# each. Heads repeat while message sizes do; bookmark heads while publishers do.
+_QUEUE_HEADS_MAX = 64
+_QUEUE_BOOKMARKS_MAX = 256
+
+
 class QueueDeliveryEncoder:
     """Frame entries for queue deliveries of one queue to one sub_id.
 
@@ -299,7 +305,7 @@ class QueueDeliveryEncoder:
         key = publisher_id << 5 | len(seq_part)
         bookmark = self._bookmarks.get(key)
         if bookmark is None:
-            if len(self._bookmarks) >= 4096:
+            if len(self._bookmarks) >= _QUEUE_BOOKMARKS_MAX:
                 self._bookmarks.clear()
             prefix = b"%d|" % publisher_id
             length = len(prefix) + len(seq_part)
@@ -359,7 +365,7 @@ class QueueDeliveryEncoder:
         head_key = size << 27 | n  # n < 2**26 (MAX_PAYLOAD_BYTES)
         head = self._heads.get(head_key)
         if head is None:
-            if len(self._heads) >= 1024:
+            if len(self._heads) >= _QUEUE_HEADS_MAX:
                 self._heads.clear()
             data_key = _DATA + varint(n) if n else b""
             size += len(data_key)

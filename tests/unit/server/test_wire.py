@@ -200,3 +200,19 @@ async def test_outbox_frames_are_server_frames_within_limits() -> None:
     assert messages[0].WhichOneof("body") == "heartbeat"
     assert [m.delivery.txid for m in messages[1:]] == list(range(1, 1_201))
     assert outbox.sent_messages == 1_201
+
+
+def test_queue_encoder_caches_stay_bounded_and_right() -> None:
+    """More distinct sizes and publishers than the caches hold: cleared, still the same bytes."""
+    encoder = wire.QueueDeliveryEncoder(b"queue", "sub")
+    for i in range(600):
+        data, pub, seq = b"d" * (i % 300), i % 290 + 1, 10**i % 2**64
+        txid, ts, lease = 2**14 * i + 5, 1_763_870_000_000_000 + 2**14 * i, 1_763_870_300_000_000
+        entry = encoder.encode(data, pub, seq, txid, ts, lease, 1, b"")
+        delivery = pb.Delivery(
+            topic="queue", data=data, bookmark=f"{pub}|{seq}|", sub_ids=["sub"], txid=txid,
+            timestamp_us=ts, lease_deadline_us=lease, delivery_count=1, queue=True,
+        )  # fmt: skip
+        assert entry == _entry_of(pb.ServerMessage(delivery=delivery))
+    assert len(encoder._heads) <= wire._QUEUE_HEADS_MAX
+    assert len(encoder._bookmarks) <= wire._QUEUE_BOOKMARKS_MAX
