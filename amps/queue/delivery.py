@@ -127,7 +127,9 @@ def _pump_fresh(
     if limit <= 0:
         return 0
     table = state.table
-    expires = table.expire_at_ms is not None or policy.expiration_ms is not None
+    expire_column = table.expire_at_ms  # else expiry is the timestamp + queue Expiration
+    expiration_ms = policy.expiration_ms
+    timestamps_ms = table.timestamp_ms
     rows = table.txid
     row_state = table.state
     delivery_count = table.delivery_count
@@ -154,9 +156,12 @@ def _pump_fresh(
             slot = txid - base
             if not (0 <= slot < row_count and rows[slot] == txid):
                 slot = table.slot_of(txid)
-            if expires and state.expire_at_ms(slot) <= now_ms:
-                expired = True  # the general loop removes it (found before the sweep)
-                break
+            if expire_column is not None:
+                expired = expire_column[slot] <= now_ms
+            elif expiration_ms is not None:
+                expired = timestamps_ms[slot] + expiration_ms <= now_ms
+            if expired:
+                break  # the general loop removes it (found before the sweep)
             if sub is None:
                 sub = _pick(state, ready, fairness)
                 if fairness == "fast":  # the first with room stays first until it fills

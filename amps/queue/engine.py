@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import islice
-from operator import attrgetter, lt
+from operator import attrgetter, le, lt
 from typing import Any
 
 from amps.queue import acks, compaction, deadlines, delivery, queries, recovery
@@ -97,31 +97,35 @@ class QueueEngine:
                 and event.expiration_ms is None
                 and not event.is_barrier
             ):
-                # Inserted in bulk below: nothing such a message does can make time-driven
-                # work due, so the time-driven passes between them would find nothing.
+                # Inserted in bulk below when none of them is due to expire yet: then the
+                # time-driven passes between them would find nothing.
                 if index and not run:
                     deadlines.run_due(state, now_ms, actions)
                 run.append(event)
                 continue
             if run:
-                self._insert_plain(run)
+                self._insert_plain(run, now_ms, actions)
                 run = []
             if index:
                 deadlines.run_due(state, now_ms, actions)
             self._dispatch(event, now_ms, actions)
             plain = state.accepts_plain_inserts()
         if run:
-            self._insert_plain(run)
+            self._insert_plain(run, now_ms, actions)
         delivery.settle(state, now_ms, actions)
         compaction.maybe_compact(state)
         return actions
 
-    def _insert_plain(self, events: list[MessagePublished]) -> None:
-        """`_on_message_published` of each event, in bulk (`QueueState.insert_plain_many`)."""
+    def _insert_plain(
+        self, events: list[MessagePublished], now_ms: int, actions: list[Action]
+    ) -> None:
+        """`_on_message_published` of each event (time-driven work before each but the first,
+        which the caller did), in bulk when it makes no difference."""
         state = self._state
+        kept = events
         txids = [e.txid for e in events]
         if txids[0] <= state.last_txid or not all(map(lt, txids, islice(txids, 1, None))):
-            kept: list[MessagePublished] = []  # replays and re-offers are idempotent
+            kept = []  # replays and re-offers are idempotent
             last = state.last_txid
             for event in events:
                 if event.txid > last:
@@ -129,14 +133,22 @@ class QueueEngine:
                     last = event.txid
             if not kept:
                 return
-            events = kept
             txids = [e.txid for e in kept]
-        assert not any(map(_priority, events))
+        stamps = [e.timestamp_ms for e in kept]
+        expiration_ms = state.policy.expiration_ms
+        if expiration_ms is not None and not (
+            stamps[0] + expiration_ms > now_ms  # none due: the sweep would take it at once
+            and stamps[0] + expiration_ms >= state.expiry_max_seen_ms  # in expiry order
+            and all(map(le, stamps, islice(stamps, 1, None)))
+        ):
+            for index, event in enumerate(events):
+                if index:
+                    deadlines.run_due(state, now_ms, actions)
+                self._on_message_published(event, now_ms, actions)
+            return
+        assert not any(map(_priority, kept))
         state.insert_plain_many(
-            txids,
-            [e.publisher_id for e in events],
-            [e.seq for e in events],
-            [e.timestamp_ms for e in events],
+            txids, [e.publisher_id for e in kept], [e.seq for e in kept], stamps
         )
 
     def remove_recovered(

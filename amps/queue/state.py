@@ -322,7 +322,6 @@ class QueueState:
         return (
             table.priority is None
             and table.expire_at_ms is None
-            and policy.expiration_ms is None
             and policy.target_queue_depth is None
             and not self.deferred
         )
@@ -332,12 +331,17 @@ class QueueState:
     ) -> None:
         """`insert` of each message in turn, in bulk, when `accepts_plain_inserts()`.
 
-        For messages without priority, barrier or expiration, with increasing txids: no
-        queue-wide expiration, priority or TargetQueueDepth, and no deferred ack waiting, so
-        every message becomes AVAILABLE at the end of the fresh list and nothing else changes.
+        For messages without priority, barrier or expiration of their own, with increasing
+        txids and, under a queue Expiration, expiring in order: no priority, TargetQueueDepth
+        or per-message expiry column, and no deferred ack waiting, so every message becomes
+        AVAILABLE at the end of the fresh list and nothing else changes.
         """
         assert self.accepts_plain_inserts()
         assert txids[0] > self.last_txid
+        expiration_ms = self.policy.expiration_ms
+        if expiration_ms is not None:  # _track_expiry, for messages in expiry order
+            assert timestamps_ms[0] + expiration_ms >= self.expiry_max_seen_ms
+            self.expiry_max_seen_ms = timestamps_ms[-1] + expiration_ms
         count = len(txids)
         self.last_txid = txids[-1]
         self.counters.entered_total += count
