@@ -71,7 +71,10 @@ class Connection:
         self._full_frames: list[list[bytes]] = []
         self._queued = 0
         self._wake = asyncio.Event()
-        self._full = asyncio.Event()
+        # While the writer lingers (the flush interval) for more commands: resolved when the
+        # interval ends or a frame fills. A future and a timer, not a timeout around an Event:
+        # the interval ends on most frames, and a timeout ends by cancelling (an exception).
+        self._linger: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.lost: AmpsError | None = None
         self._closing = False
@@ -174,7 +177,12 @@ class Connection:
         self._parts = []
         self._frame_commands = 0
         self._frame_bytes = 0
-        self._full.set()
+        self._stop_lingering()
+
+    def _stop_lingering(self) -> None:
+        linger = self._linger
+        if linger is not None and not linger.done():
+            linger.set_result(None)
 
     def _take_frames(self) -> list[bytes]:
         """Every queued command, as serialized ClientFrames."""
@@ -193,11 +201,8 @@ class Connection:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                if not self._full_frames and self._flush_interval_s > 0:
-                    self._full.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self._flush_interval_s):
-                            await self._full.wait()
+                if not self._full_frames and self._flush_interval_s > 0 and not self._closing:
+                    await self._wait_flush_interval()
                 for frame in self._take_frames():
                     await self._call.write(frame)
                     self.frames_sent += 1
@@ -205,6 +210,17 @@ class Connection:
             raise
         except BaseException as error:
             self._lose(broken_error(error))
+
+    async def _wait_flush_interval(self) -> None:
+        """Until `flush_interval_s` has passed or a frame is full (or the connection closes)."""
+        loop = asyncio.get_running_loop()
+        linger = self._linger = loop.create_future()
+        timer = loop.call_later(self._flush_interval_s, _resolve, linger)
+        try:
+            await linger
+        finally:
+            timer.cancel()
+            self._linger = None
 
     async def _read_loop(self) -> None:
         assert self._call is not None
@@ -264,7 +280,7 @@ class Connection:
             writer, reader = self._tasks
             self._closing = True
             self._wake.set()
-            self._full.set()
+            self._stop_lingering()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(writer), grace_s)
             if self.lost is None and self._call is not None:
@@ -284,3 +300,8 @@ class Connection:
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close(grace=None)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
