@@ -58,9 +58,10 @@ _PRECEDENCE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
 class Action:
     """Base of every engine output. See the module docstring for the ordering contract."""
+
+    __slots__ = ()  # a plain base: no fields, so no dataclass methods to generate at import
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,5 +101,4 @@ class PublishDeadLetter(Action):
     reasons: ExpireReason
 
 
-for _cls in (Deliver, DeliverBarrier, RecordRemoval, PublishDeadLetter):
-    speed_up(_cls)
+speed_up(Deliver, DeliverBarrier, RecordRemoval, PublishDeadLetter)

@@ -115,7 +115,7 @@ Event = (
     | MessageRemoved
 )
 
-for _cls in (
+speed_up(
     MessagePublished,
     Subscribed,
     Unsubscribed,
@@ -123,5 +123,4 @@ for _cls in (
     Acked,
     AckedByFilter,
     MessageRemoved,
-):
-    speed_up(_cls)
+)
