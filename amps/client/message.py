@@ -110,7 +110,8 @@ class Subscription:
         # Bookmark of the last message handed to the application: where a replay resumes.
         self.last_bookmark: str | None = None
         self._buffer: deque[Message] = deque()
-        self._ready = asyncio.Event()
+        # Tasks waiting in get() or the iterator for the next delivery.
+        self._waiters: list[asyncio.Future[bool]] = []
         self._completed = asyncio.Event()
         self._error: AmpsError | None = None
         self._ended = False
@@ -137,8 +138,7 @@ class Subscription:
                 if self._error is not None:
                     raise self._error
                 raise StopAsyncIteration
-            self._ready.clear()
-            await self._ready.wait()
+            await self._wait(None)
 
     async def get(self, timeout_s: float | None = None) -> Message | None:
         """The next message, or None when none arrives within `timeout_s` or the stream ended."""
@@ -146,16 +146,53 @@ class Subscription:
             item = self._take()
             if item is not None:
                 return item
-        if self._buffer or self._ended:  # nothing to wait for: no timeout to arm
-            try:
-                return await self.__anext__()
-            except StopAsyncIteration:
+        if self._previous is not None:
+            previous, self._previous = self._previous, None
+            await previous.ack()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            if self._buffer:
+                item = self._take()
+                if item is not None:
+                    return item
+            if self._ended:
+                if self._error is not None:
+                    raise self._error
                 return None
+            if deadline is None:
+                await self._wait(None)
+            elif not await self._wait(deadline - loop.time()):
+                return None
+
+    async def _wait(self, timeout_s: float | None) -> bool:
+        """Until the next delivery or end (True), or `timeout_s` (False). A future and a timer
+        rather than an Event in a timeout: no task cancellation when the time is up."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiters.append(waiter)
+        if timeout_s is None:
+            try:
+                return await waiter
+            finally:
+                self._forget(waiter)
+        timer = loop.call_later(max(0.0, timeout_s), _resolve, waiter, False)
         try:
-            async with asyncio.timeout(timeout_s):
-                return await self.__anext__()
-        except (StopAsyncIteration, TimeoutError):
-            return None
+            return await waiter
+        finally:
+            timer.cancel()
+            self._forget(waiter)
+
+    def _forget(self, waiter: asyncio.Future[bool]) -> None:
+        waiters = self._waiters  # empty after a wake-up
+        if waiters and waiter in waiters:
+            waiters.remove(waiter)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(True)
 
     def _take(self) -> Message | None:
         """The next buffered message (None when only end markers were left)."""
@@ -192,7 +229,8 @@ class Subscription:
     def deliver(self, messages: list[Message]) -> None:
         """Buffer deliveries for the application (one wake-up for all of them)."""
         self._buffer.extend(messages)
-        self._ready.set()
+        if self._waiters:
+            self._wake()
 
     def mark_completed(self) -> None:
         """The instance sent the `completed` ack."""
@@ -210,12 +248,17 @@ class Subscription:
         if self._error is None:
             self._error = error
         self._buffer.append(_END)
-        self._ready.set()
+        self._wake()
 
     def take_auto_ack(self) -> Message | None:
         """The message still awaiting its auto-ack (the iterator was not advanced again)."""
         previous, self._previous = self._previous, None
         return previous
+
+
+def _resolve(future: asyncio.Future[bool], value: bool) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 @dataclass(frozen=True, slots=True)
