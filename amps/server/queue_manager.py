@@ -244,12 +244,22 @@ class QueueManager:
             if not records:
                 break
             batches: dict[QueueDriver, list[PublishRecord]] = {}
+            count += len(records)
+            # Runs of publishes share a topic: its queues are looked up once per run.
+            last_topic: str | None = None
+            targets: list[tuple[QueueDriver, int]] = []
             for record in records:
-                count += 1
                 if isinstance(record, PublishRecord):
-                    for driver in self.routes(record.topic):
-                        if record.txid >= starts[driver.name]:
-                            batches.setdefault(driver, []).append(record)
+                    if record.topic != last_topic:
+                        last_topic = record.topic
+                        targets = [(d, starts[d.name]) for d in self.routes(last_topic)]
+                    for driver, start in targets:
+                        if record.txid >= start:
+                            batch = batches.get(driver)
+                            if batch is None:
+                                batches[driver] = [record]
+                            else:
+                                batch.append(record)
                 elif isinstance(record, QueueRecord):
                     owner = self.drivers.get(record.queue)
                     if owner is not None and record.txid >= starts[owner.name]:
