@@ -122,10 +122,10 @@ class QueueStore:
             if store is not None:
                 return store
 
-        def connector() -> sqlite3.Connection:
-            return _connect(path)
-
-        return cls(await aiosqlite.Connection(connector, iter_chunk_size=64))
+        # Opened before aiosqlite sees it: when aiosqlite's own connect fails, its thread
+        # reports its stop to the event loop later, possibly after that loop has closed.
+        connection = await asyncio.to_thread(_connect, path)
+        return cls(await aiosqlite.Connection(lambda: connection, iter_chunk_size=64))
 
     @classmethod
     async def _from_prefetch(
