@@ -24,7 +24,10 @@ $(VENV)/.installed-dev: pyproject.toml | $(VENV)/bin/activate
 
 venv: $(VENV)/.installed
 
+# Bytecode compiled ahead (quick when current): an editable install writes none, and an
+# instance that compiles its modules at every start takes ~0.1 s longer to serve.
 run: $(VENV)/.installed
+	$(PY) -m compileall -q amps replication
 	cd $(RUN_DIR) && exec $(abspath $(VENV))/bin/amps server $(if $(CONFIG),--config $(abspath $(CONFIG)),)
 
 test: $(VENV)/.installed-dev
@@ -43,6 +46,7 @@ proto-check: $(VENV)/.installed-dev
 	$(PY) -m amps.tools.genproto --check proto .
 
 bench: $(VENV)/.installed-dev
+	$(PY) -m compileall -q amps replication
 	$(PY) -m bench
 
 clean:
