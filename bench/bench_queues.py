@@ -22,8 +22,8 @@ deadline so a stuck instance cannot hang `make bench`.
 from __future__ import annotations
 
 import argparse
-import compileall
 import asyncio
+import compileall
 import contextlib
 import multiprocessing
 import os
