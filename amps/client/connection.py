@@ -88,6 +88,10 @@ class Connection:
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                # Each attempt starts afresh: with gRPC's process-wide subchannel pool a new
+                # channel inherits the reconnect backoff of earlier refused attempts (it grows
+                # past a minute), on top of the client's own failover policy.
+                ("grpc.use_local_subchannel_pool", 1),
             ],
         )
         # The generated stub's Connect, with frames that arrive here already serialized.
