@@ -18,7 +18,7 @@ from amps.log.records import PublishRecord, QueueRecord
 from amps.queue import ExpireReason
 from amps.queue.snapshot_codec import SnapshotFormatError, decode_snapshot, encode_snapshot
 from amps.server.convert import success_ack
-from amps.server.queue_store import QueueStore, StoredQueue
+from amps.server.queue_store import STORE_FILE_NAME, QueueStore, StoredQueue
 from amps.server.queues import QueueDriver
 from amps.v1 import client_pb2 as pb
 
@@ -31,7 +31,6 @@ log = logging.getLogger("amps.queues")
 ON_EXPIRE = "amps-action-on-sow-expire-message"
 DO_PUBLISH = "amps-action-do-publish-message"
 RECOVERY_BATCH_RECORDS = 5_000
-STORE_FILE_NAME = "queues.db"
 CHECKPOINT_INTERVAL_S = 5.0
 SOW_DEFAULT_LIMIT = 100_000
 
