@@ -22,6 +22,8 @@ MODULES: list[tuple[str, list[str], list[str], float]] = [
     ("bench_journal", ["--records", "200000"], [], 900.0),
     ("bench_expr", [], [], 300.0),
     ("bench_queue_memory", ["--messages", "100000"], [], 900.0),
+    ("bench_queue_engine", [], [], 300.0),
+    ("bench_client", [], [], 600.0),
     ("bench_queues", ["--quick"], [], 2700.0),
 ]
 
