@@ -18,9 +18,8 @@ import google_crc32c
 
 from amps.errors import CorruptRecord
 from amps.log import codec
-from amps.log.reader import SegmentFiles
+from amps.log.reader import SegmentFiles, ends_before, located
 from amps.log.records import RecordKind
-from amps.log.segments import segment_name
 
 if TYPE_CHECKING:
     from amps.log.journal import Journal
@@ -98,18 +97,10 @@ class RawReader:
             try:
                 consumed, txid = _scan(chunk, txid, last_txid, out)
             except CorruptRecord as exc:
-                name = segment_name(segment.first_txid)
-                raise CorruptRecord(
-                    f"{exc.message} in segment {name} at offset {offset + exc.offset}",
-                    segment=name,
-                    offset=offset + exc.offset,
-                ) from None
+                raise located(exc, segment.first_txid, offset) from None
             if consumed == 0:
                 if len(chunk) < size:
-                    name = segment_name(segment.first_txid)
-                    raise CorruptRecord(
-                        f"segment {name} ends before txid {last_txid}", segment=name, offset=offset
-                    )
+                    raise ends_before(segment.first_txid, last_txid, offset)
                 size *= 2  # one frame longer than the read
                 continue
             offset += consumed

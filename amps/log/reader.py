@@ -15,6 +15,24 @@ __all__ = ["Segment", "SegmentFiles", "SegmentReader"]
 
 Segment = SegmentSummary | SegmentBuilder
 MIN_READ_BYTES = 256 * 1024
+
+
+def located(exc: CorruptRecord, first_txid: int, offset: int) -> CorruptRecord:
+    """A decode error of a chunk read at `offset`, named by segment and file offset."""
+    name = segment_name(first_txid)
+    return CorruptRecord(
+        f"{exc.message} in segment {name} at offset {offset + exc.offset}",
+        segment=name,
+        offset=offset + exc.offset,
+    )
+
+
+def ends_before(first_txid: int, txid: int, offset: int) -> CorruptRecord:
+    """A segment whose file stops before a txid its summary promises."""
+    name = segment_name(first_txid)
+    return CorruptRecord(f"segment {name} ends before txid {txid}", segment=name, offset=offset)
+
+
 MAX_OPEN_FILES = 16
 
 
@@ -82,20 +100,10 @@ class SegmentReader:
             try:
                 records, consumed = codec.decode(chunk, 0, len(chunk), left)
             except CorruptRecord as exc:
-                name = segment_name(segment.first_txid)
-                raise CorruptRecord(
-                    f"{exc.message} in segment {name} at offset {offset + exc.offset}",
-                    segment=name,
-                    offset=offset + exc.offset,
-                ) from None
+                raise located(exc, segment.first_txid, offset) from None
             if not records:
                 if len(chunk) < size:
-                    raise CorruptRecord(
-                        f"segment {segment_name(segment.first_txid)} ends before txid "
-                        f"{from_txid + want - 1}",
-                        segment=segment_name(segment.first_txid),
-                        offset=offset,
-                    )
+                    raise ends_before(segment.first_txid, from_txid + want - 1, offset)
                 size *= 2  # one frame longer than the read
                 continue
             left -= len(records)
@@ -154,18 +162,10 @@ class SegmentReader:
                     chunk, 0, len(chunk), txid, upper_txid, max_records - len(out), out, budget
                 )
             except CorruptRecord as exc:
-                name = segment_name(segment.first_txid)
-                raise CorruptRecord(
-                    f"{exc.message} in segment {name} at offset {offset + exc.offset}",
-                    segment=name,
-                    offset=offset + exc.offset,
-                ) from None
+                raise located(exc, segment.first_txid, offset) from None
             if not consumed:
                 if len(chunk) < size:
-                    name = segment_name(segment.first_txid)
-                    raise CorruptRecord(
-                        f"segment {name} ends before txid {upper_txid}", segment=name, offset=offset
-                    )
+                    raise ends_before(segment.first_txid, upper_txid, offset)
                 size *= 2  # one frame longer than the read
                 continue
             offset += consumed

@@ -11,34 +11,9 @@ import pytest
 from amps.errors import CorruptRecord
 from amps.log import codec
 from amps.log.journal import Journal
-from amps.log.records import Bookmark, PublishRecord, QueueAction, QueueRecord, TransferRecord
+from amps.log.records import PublishRecord, QueueAction, QueueRecord
 from amps.log.segments import segment_name
-
-SEGMENT_SIZE_BYTES = 16 * 1024
-
-
-async def _journal(directory: Path, count: int) -> Journal:
-    journal = Journal.open(directory, segment_size_bytes=SEGMENT_SIZE_BYTES)
-    for i in range(1, count + 1):
-        if i % 7 == 0:
-            journal.append(QueueRecord(0, 0, "q", QueueAction.ACK, txids=(i - 1,), reason="r"))
-        elif i % 11 == 0:
-            journal.append(TransferRecord(0, 0, "q", Bookmark(1, i), "a", "b"))
-        else:
-            journal.append_publish(
-                topic="orders" if i % 3 else "tópico/ü",
-                data=(b"m%05d" % i) * (i % 40),
-                publisher_id=2**63 + i % 4,
-                seq=i,
-                timestamp_us=1_700_000_000_000_000 + i,
-                correlation_id="" if i % 2 else f"c{i}",
-                expiration_s=i % 5,
-                origin_instance="" if i % 5 else "other",
-                origin_group="" if i % 5 else "g",
-                origin_txid=0 if i % 5 else i * 3,
-            )
-    await journal.commit()
-    return journal
+from tests.harness.journals import SEGMENT_SIZE_BYTES, mixed_journal
 
 
 def _expected(journal: Journal, from_txid: int, upper: int, limit: int) -> list[PublishRecord]:
@@ -57,7 +32,7 @@ def _read(
 
 
 async def test_publish_reads_match_journal_reads(tmp_path: Path) -> None:
-    journal = await _journal(tmp_path, 600)
+    journal = await mixed_journal(tmp_path, 600)
     assert journal.segment_count > 3
     try:
         for from_txid in (0, 1, 2, 6, 7, 50, 133, 599, 600, 601):
@@ -70,7 +45,7 @@ async def test_publish_reads_match_journal_reads(tmp_path: Path) -> None:
 
 
 async def test_publish_reads_stop_at_the_byte_budget(tmp_path: Path) -> None:
-    journal = await _journal(tmp_path, 600)
+    journal = await mixed_journal(tmp_path, 600)
     try:
         every = _expected(journal, 1, 600, 10_000)
         for budget in (1, 500, 5_000, 50_000):
@@ -83,7 +58,7 @@ async def test_publish_reads_stop_at_the_byte_budget(tmp_path: Path) -> None:
 
 
 async def test_publish_reads_stop_at_the_upper_txid(tmp_path: Path) -> None:
-    journal = await _journal(tmp_path, 20)
+    journal = await mixed_journal(tmp_path, 20)
     journal.append_publish(topic="t", data=b"x", publisher_id=1, seq=99, timestamp_us=1)
     try:
         got = _read(journal, 1, 1_000, 1_000)
@@ -130,7 +105,7 @@ def test_decode_publishes_damage_is_corrupt_record(position: int) -> None:
 
 
 async def test_damage_names_the_segment_and_offset(tmp_path: Path) -> None:
-    journal = await _journal(tmp_path, 40)
+    journal = await mixed_journal(tmp_path, 40)
     await journal.close()
     segment = tmp_path / segment_name(1)
     raw = bytearray(segment.read_bytes())

@@ -9,31 +9,9 @@ import pytest
 from amps.errors import CorruptRecord
 from amps.log.journal import Journal
 from amps.log.raw import RawPublish, RawReader
-from amps.log.records import Bookmark, PublishRecord, QueueAction, QueueRecord, TransferRecord
+from amps.log.records import PublishRecord
 from amps.log.segments import segment_name
-
-SEGMENT_SIZE_BYTES = 16 * 1024
-
-
-async def _journal(directory: Path, count: int) -> Journal:
-    journal = Journal.open(directory, segment_size_bytes=SEGMENT_SIZE_BYTES)
-    for i in range(1, count + 1):
-        if i % 7 == 0:
-            journal.append(QueueRecord(0, 0, "q", QueueAction.ACK, txids=(i - 1,), reason="r"))
-        elif i % 11 == 0:
-            journal.append(TransferRecord(0, 0, "q", Bookmark(1, i), "a", "b"))
-        else:
-            journal.append_publish(
-                topic="orders" if i % 3 else "tópico/ü",
-                data=(b"m%05d" % i) * (i % 40),
-                publisher_id=2**63 + i % 4,
-                seq=i,
-                timestamp_us=1_700_000_000_000_000 + i,
-                correlation_id="" if i % 2 else f"c{i}",
-                expiration_s=i % 5,
-            )
-    await journal.commit()
-    return journal
+from tests.harness.journals import SEGMENT_SIZE_BYTES, mixed_journal
 
 
 def _expected(journal: Journal, from_txid: int, upper: int, limit: int) -> list[RawPublish]:
@@ -49,7 +27,7 @@ def _expected(journal: Journal, from_txid: int, upper: int, limit: int) -> list[
 
 
 async def test_raw_reads_match_journal_reads(tmp_path: Path) -> None:
-    journal = await _journal(tmp_path, 600)
+    journal = await mixed_journal(tmp_path, 600)
     assert journal.segment_count > 3
     reader = RawReader(journal)
     try:
@@ -71,7 +49,7 @@ async def test_raw_reads_match_journal_reads(tmp_path: Path) -> None:
 
 
 async def test_raw_reads_stop_at_the_durable_point(tmp_path: Path) -> None:
-    journal = await _journal(tmp_path, 20)
+    journal = await mixed_journal(tmp_path, 20)
     journal.append_publish(topic="t", data=b"x", publisher_id=1, seq=99, timestamp_us=1)
     reader = RawReader(journal)
     try:
@@ -85,7 +63,7 @@ async def test_raw_reads_stop_at_the_durable_point(tmp_path: Path) -> None:
 
 
 async def test_damage_is_corrupt_record_with_segment_and_offset(tmp_path: Path) -> None:
-    journal = await _journal(tmp_path, 40)
+    journal = await mixed_journal(tmp_path, 40)
     await journal.close()
     segment = tmp_path / segment_name(1)
     raw = bytearray(segment.read_bytes())
