@@ -278,7 +278,7 @@ class Journal:
         """`append_publish` of a publish originating here: the per-message hot path.
 
         The same record and the same bytes as `append_publish`, with the frame encoded straight
-        from the fields and the segment bookkeeping inlined.
+        from the fields (no record built to encode).
         """
         if self._failure is not None or self.read_only or self._closed:
             self._check_writable()
@@ -290,19 +290,7 @@ class Journal:
             txid, timestamp_us, topic, data, publisher_id, seq, instance, group, txid,
             correlation_id, expiration_s,
         )  # fmt: skip
-        # _buffer_frame, inlined.
-        size = len(frame)
-        active = self._active
-        if active.size_bytes and active.size_bytes + size > self.segment_size_bytes:
-            sealed = active.summary()
-            self._sealed.append(sealed)
-            self._pending.append(Rotate(sealed, txid))
-            active = self._active = SegmentBuilder(txid)
-        active.add(size, txid, timestamp_us, publisher_id, seq)
-        self._pending.append(frame)
-        self._pending_bytes += size
-        self._next_txid = txid + 1
-        self._last_timestamp_us = timestamp_us
+        self._buffer_frame(frame, txid, timestamp_us, publisher_id, seq)
         self.marks.advance(publisher_id, seq)
         return codec.new_publish(
             txid, timestamp_us, topic, data, publisher_id, seq, instance, group, txid,
@@ -461,6 +449,19 @@ class Journal:
         if max_records <= 0 or from_txid > self._durable_txid:
             return []
         return self.reader.read(self.segments(), from_txid, self._durable_txid, max_records)
+
+    def read_publishes(
+        self, from_txid: int, upper_txid: int, max_records: int, max_bytes: int
+    ) -> list[PublishRecord]:
+        """The durable publishes among from_txid..upper_txid, oldest first, bounded as
+        `SegmentReader.read_publishes`; other records are checked, not built."""
+        from_txid = max(from_txid, self.first_txid)
+        upper_txid = min(upper_txid, self._durable_txid)
+        if max_records <= 0 or from_txid > upper_txid:
+            return []
+        return self.reader.read_publishes(
+            self.segments(), from_txid, upper_txid, max_records, max_bytes
+        )
 
     def find_start(self, spec: BookmarkSpec) -> int:
         """The first txid a bookmark subscription with `spec` replays (see lookup.find_start)."""
