@@ -89,15 +89,11 @@ class RecordCache:
 
     def _miss(self, txid: int) -> PublishRecord | None:
         self.misses += 1
-        journal = self._journal
-        upper = journal.durable_txid
+        upper = self._journal.durable_txid
         if self._recent and txid < self._recent[0]:
-            upper = min(upper, self._recent[0] - 1)  # the rest is in memory already
-        start = max(txid, journal.first_txid)
-        if start > upper:
-            return None
-        found = journal.reader.read_publishes(
-            journal.segments(), start, upper, READ_AHEAD_RECORDS, self.read_ahead_bytes // 2
+            upper = self._recent[0] - 1  # the rest is in memory already
+        found = self._journal.read_publishes(
+            txid, upper, READ_AHEAD_RECORDS, self.read_ahead_bytes // 2
         )
         records = self.records
         order = self._read
