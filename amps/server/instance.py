@@ -20,7 +20,7 @@ from amps import __version__, errors
 from amps.expr import Message
 from amps.log.bookmarks import publisher_id_for, server_publisher_id_for
 from amps.log.journal import Journal
-from amps.log.records import PublishRecord, QueueRecord, Record
+from amps.log.records import PublishRecord, Record
 from amps.server.convert import success_ack
 from amps.server.queue_manager import QueueManager
 from amps.server.record_cache import RecordCache
@@ -35,12 +35,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amps.instance")
 
-# Queue removal records (acks, expiries) are made durable by the next group commit, or at most
-# this long after they were appended. Losing one in a crash only lets its message be delivered
-# again, which at-least-once allows (at-most-once removals are waited for through
-# `when_durable`), so they need not cost a commit round of their own: under load they ride along
-# with the publishes' commits instead of putting an extra fsync in front of them (Q15).
-REMOVAL_COMMIT_DELAY_S = 0.005
+# A record appended with `soon=True` is made durable by the next group commit, or at most this
+# long after it was appended: it costs no commit round of its own, so under load it rides along
+# with the publishes' commits instead of putting an extra fsync in front of them.
+SOON_COMMIT_DELAY_S = 0.005
 
 
 @dataclass(slots=True)
@@ -82,7 +80,7 @@ class Instance:
         self.records = RecordCache(journal)
         self._recorded: dict[str, bool] = {}
         self._durable_callbacks: list[tuple[int, Callable[[], None]]] = []
-        self._removal_commit: asyncio.TimerHandle | None = None
+        self._soon_commit: asyncio.TimerHandle | None = None
         self._next_client_number = 0
         self._loop = asyncio.get_running_loop()
         self.queues = QueueManager(self, config.queues)
@@ -104,8 +102,8 @@ class Instance:
             self.queues.start_checkpoints()
 
     async def stop(self) -> None:
-        if self._removal_commit is not None:
-            self._removal_commit.cancel()  # the journal's close commits what is appended
+        if self._soon_commit is not None:
+            self._soon_commit.cancel()  # the journal's close commits what is appended
         for session in list(self.sessions):
             session.outbox.close()
         for driver in self.queues.drivers.values():
@@ -251,22 +249,17 @@ class Instance:
         self._count_publish(topic, len(data))
         self._commit_wanted.set()
 
-    def append_record(self, record: Record) -> None:
-        """Append a queue or transfer record; it becomes durable with the next group commit.
-
-        A queue record does not start a commit of its own: the next one covers it, and one is
-        started at most REMOVAL_COMMIT_DELAY_S later if nothing else asks for it first.
-        """
+    def append_record(self, record: Record, *, soon: bool = False) -> None:
+        """Append a queue or transfer record; a commit starts for it at once, or with `soon`
+        the next commit covers it, started at most SOON_COMMIT_DELAY_S later."""
         self.journal.append(record)
-        if not isinstance(record, QueueRecord):
+        if not soon:
             self._commit_wanted.set()
-        elif self._removal_commit is None:
-            self._removal_commit = self._loop.call_later(
-                REMOVAL_COMMIT_DELAY_S, self._commit_removals
-            )
+        elif self._soon_commit is None:
+            self._soon_commit = self._loop.call_later(SOON_COMMIT_DELAY_S, self._commit_soon)
 
-    def _commit_removals(self) -> None:
-        self._removal_commit = None
+    def _commit_soon(self) -> None:
+        self._soon_commit = None
         self._commit_wanted.set()
 
     def when_durable(self, callback: Callable[[], None]) -> None:
@@ -329,9 +322,9 @@ class Instance:
         ready, self._undispatched = records[:split], records[split:]
         self.dispatched_txid = max(self.dispatched_txid, durable_txid)
         self._send_persisted_acks(durable_txid)
-        if self._removal_commit is not None and self.journal.last_txid <= durable_txid:
-            self._removal_commit.cancel()  # this commit covered the removal records
-            self._removal_commit = None
+        if self._soon_commit is not None and self.journal.last_txid <= durable_txid:
+            self._soon_commit.cancel()  # this commit covered them
+            self._soon_commit = None
         if ready:
             for record in ready:
                 self.records.put(record)

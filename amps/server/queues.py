@@ -430,7 +430,10 @@ class QueueDriver:
                     action=queue_action,
                     txids=tuple(txids),
                     reason=reason,
-                )
+                ),
+                # A lost removal record only lets its message come back (at-least-once); an
+                # at-most-once removal is waited for through when_durable before any delivery.
+                soon=True,
             )
 
     def _deliver_many(self, actions: list[Deliver | DeliverBarrier], now_ms: int) -> None:
