@@ -55,6 +55,7 @@ class _Instance:
         self.records = _Records(records)
         self.statistics = _Statistics()
         self.log: list[object] = []
+        self.soon: list[bool] = []  # each appended record's commit urgency
         self.durable_callbacks: list[Callable[[], None]] = []
 
     def wall_us(self) -> int:
@@ -63,8 +64,9 @@ class _Instance:
     def now_ms(self) -> int:
         return NOW_MS
 
-    def append_record(self, record: QueueRecord) -> None:
+    def append_record(self, record: QueueRecord, *, soon: bool = False) -> None:
         self.log.append((record.action, record.reason, record.txids))
+        self.soon.append(soon)
 
     def when_durable(self, callback: Callable[[], None]) -> None:
         self.log.append("wait for durability")
@@ -124,6 +126,7 @@ def test_removals_are_grouped_and_written_before_dead_letters_and_deliveries() -
         (QueueAction.ACK, "", (4,)),
         (QueueAction.EXPIRE, forced, (5,)),
     ]
+    assert instance.soon == [True] * 4  # removal records ride the next commit (Q15)
     assert session.entries == [
         _expected_entry(6, 80_000, 1),
         _expected_entry(7, 80_000, 1),
