@@ -126,19 +126,10 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Message:
-        if self._previous is not None:
-            previous, self._previous = self._previous, None
-            await previous.ack()
-        while True:
-            if self._buffer:
-                item = self._take()
-                if item is not None:
-                    return item
-            if self._ended:
-                if self._error is not None:
-                    raise self._error
-                raise StopAsyncIteration
-            await self._wait(None)
+        message = await self.get()  # None only when the stream ended without an error
+        if message is None:
+            raise StopAsyncIteration
+        return message
 
     async def get(self, timeout_s: float | None = None) -> Message | None:
         """The next message, or None when none arrives within `timeout_s` or the stream ended."""
