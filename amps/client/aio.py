@@ -39,7 +39,7 @@ class Client:
         password: str = "",
         publish_store_max_messages: int = 100_000,
         publish_store_max_bytes: int = 256 * 1024 * 1024,
-        flush_interval_ms: float = 1.0,
+        flush_interval_ms: float = 0.0,
         max_frame_commands: int = 500,
         reconnect: bool = True,
         max_reconnect_delay_s: float = 20.0,

@@ -1,9 +1,11 @@
 """One gRPC stream to one instance: batched writes, a reader loop, and the logon handshake.
 
-Commands are queued with `send()` (or `send_publish()`) and written as one `ClientFrame` when the
-batch holds `max_frame_commands` commands or `flush_interval_s` after the first one was queued, so
-a lone message is not held back and a burst travels in few frames (throughput comes from
-batching). Commands are serialized when queued and frames are joined from those bytes
+Commands are queued with `send()` (or `send_publish()`) and written by one writer task under the
+rule of `amps.batching`: a frame leaves at once when no write is in flight, and what is queued
+during a write rides the next frame (at most `max_frame_commands` commands, MAX_FRAME_BYTES), so
+an idle connection never waits on a timer and a burst travels in few frames. A positive
+`flush_interval_s` additionally holds a partly filled frame that long (opt-in; default 0).
+Commands are serialized when queued and frames are joined from those bytes
 (`commands.frame_entry`, `commands.publish_head`): the stream's request serializer is the
 identity, and a publish never becomes a protobuf object on this side.
 """
@@ -12,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable, Iterable
 
 import grpc
 import grpc.aio
 
+from amps.batching import Coalescer, FrameLimits
 from amps.client import commands
 from amps.client.policy import is_link_dead
 from amps.errors import AmpsError, ConnectionBroken, NameInUse, error_for_code
@@ -63,17 +67,17 @@ class Connection:
         self._on_lost = on_lost
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
-        # Frame entries of the frame being filled (a publish adds its head and its data), the
-        # frames already full, and how many commands all of them hold.
+        # Where frames end and when the next is written; the bytes of each queued frame are
+        # kept here (the last list is the frame being filled; a publish adds head and data).
+        self._coalescer = Coalescer(
+            FrameLimits(max_frame_commands, MAX_FRAME_BYTES), linger_ms=flush_interval_s * 1000
+        )
         self._parts: list[bytes] = []
-        self._frame_commands = 0
-        self._frame_bytes = 0
-        self._full_frames: list[list[bytes]] = []
-        self._queued = 0
+        self._frames: deque[list[bytes]] = deque([self._parts])
         self._wake = asyncio.Event()
-        # While the writer lingers (the flush interval) for more commands: resolved when the
-        # interval ends or a frame fills. A future and a timer, not a timeout around an Event:
-        # the interval ends on most frames, and a timeout ends by cancelling (an exception).
+        # While the writer lingers (a positive flush interval): resolved when the interval ends,
+        # a frame fills or the connection closes. A future and a timer, not a timeout around an
+        # Event: a timeout ends by cancelling (an exception).
         self._linger: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.lost: AmpsError | None = None
@@ -141,85 +145,98 @@ class Connection:
 
     def send(self, command: client_pb2.Command) -> int:
         """Queue one command for the next frame; return how many commands are queued."""
-        entry = commands.frame_entry(command)
-        self._parts.append(entry)
-        return self._queued_one(len(entry))
+        return self.send_entry(commands.frame_entry(command))
 
     def send_entry(self, entry: bytes) -> int:
         """Queue one command already serialized as a frame entry (`commands.*_entry`)."""
+        core = self._coalescer
+        if core.add(1, len(entry)):
+            self._next_frame()
         self._parts.append(entry)
-        return self._queued_one(len(entry))
+        if core.queued_messages == 1:
+            self._wake.set()
+        return core.queued_messages
 
     def send_publish(self, topic: str, data: bytes, seq: int) -> int:
         """Queue `publish_command(StoredPublish(seq, topic, data))` without building it."""
+        core = self._coalescer
+        if core.add(1, len(data) + 64):
+            self._next_frame()
         parts = self._parts
         parts += commands.publish_head_parts(topic, len(data), seq)
         parts.append(data)
-        # _queued_one, inlined (the publish hot path).
-        self._queued += 1
-        self._frame_commands += 1
-        self._frame_bytes += len(data) + 64
-        if self._queued == 1:
+        queued = core.queued_messages
+        if queued == 1:
             self._wake.set()
-        if self._frame_commands >= self.max_frame_commands or self._frame_bytes >= MAX_FRAME_BYTES:
-            self._close_frame()
-        return self._queued
+        return queued
 
-    def _queued_one(self, size_bytes: int) -> int:
-        self._queued += 1
-        self._frame_commands += 1
-        self._frame_bytes += size_bytes
-        if self._queued == 1:
-            self._wake.set()
-        if self._frame_commands >= self.max_frame_commands or self._frame_bytes >= MAX_FRAME_BYTES:
-            self._close_frame()
-        return self._queued
-
-    def _close_frame(self) -> None:
-        """The frame being filled is full: it goes out at once, without the flush interval."""
-        self._full_frames.append(self._parts)
+    def _next_frame(self) -> None:
+        """The frame being filled is full: later commands go to a new one; it leaves at once."""
         self._parts = []
-        self._frame_commands = 0
-        self._frame_bytes = 0
-        self._stop_lingering()
-
-    def _stop_lingering(self) -> None:
+        self._frames.append(self._parts)
         linger = self._linger
         if linger is not None and not linger.done():
             linger.set_result(None)
 
+    @property
+    def queued_commands(self) -> int:
+        """Commands queued and not yet handed to gRPC."""
+        return self._coalescer.queued_messages
+
+    def _take_frame(self) -> bytes:
+        """The oldest queued frame, serialized (the core counts it in flight)."""
+        self._coalescer.take_frame()
+        frames = self._frames
+        parts = frames.popleft()
+        if not frames:
+            self._parts = []
+            frames.append(self._parts)
+        return b"".join(parts)
+
     def _take_frames(self) -> list[bytes]:
-        """Every queued command, as serialized ClientFrames."""
-        batches = self._full_frames
-        if self._parts:
-            batches.append(self._parts)
-        self._full_frames, self._parts = [], []
-        self._frame_commands = self._frame_bytes = self._queued = 0
-        return [b"".join(parts) for parts in batches]
+        """Every queued frame, as the writer would send them with each write completing at once
+        (for looking at the frames without a stream)."""
+        frames = []
+        while self._coalescer.queued_messages:
+            frames.append(self._take_frame())
+            self._coalescer.sent()
+        return frames
 
     async def _write_loop(self) -> None:
         assert self._call is not None
+        call = self._call
+        core = self._coalescer
+        loop = asyncio.get_running_loop()
+        lingering = core.linger_ms > 0
         try:
-            while not (self._closing and not self._queued):
-                if not self._queued:
+            while True:
+                now_ms = loop.time() * 1000 if lingering else 0.0
+                send_ms = core.next_send_ms(now_ms)
+                if send_ms is None:
+                    if self._closing:
+                        return
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                if not self._full_frames and self._flush_interval_s > 0 and not self._closing:
-                    await self._wait_flush_interval()
-                for frame in self._take_frames():
-                    await self._call.write(frame)
-                    self.frames_sent += 1
+                if send_ms > now_ms and not self._closing:
+                    await self._wait_linger((send_ms - now_ms) / 1000)
+                    continue
+                frame = self._take_frame()
+                try:
+                    await call.write(frame)
+                finally:
+                    core.sent()
+                self.frames_sent += 1
         except asyncio.CancelledError:
             raise
         except BaseException as error:
             self._lose(broken_error(error))
 
-    async def _wait_flush_interval(self) -> None:
-        """Until `flush_interval_s` has passed or a frame is full (or the connection closes)."""
+    async def _wait_linger(self, delay_s: float) -> None:
+        """Until `delay_s` has passed or a frame is full (or the connection closes)."""
         loop = asyncio.get_running_loop()
         linger = self._linger = loop.create_future()
-        timer = loop.call_later(self._flush_interval_s, _resolve, linger)
+        timer = loop.call_later(delay_s, _resolve, linger)
         try:
             await linger
         finally:
@@ -284,7 +301,8 @@ class Connection:
             writer, reader = self._tasks
             self._closing = True
             self._wake.set()
-            self._stop_lingering()
+            if self._linger is not None and not self._linger.done():
+                self._linger.set_result(None)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(writer), grace_s)
             if self.lost is None and self._call is not None:

@@ -18,6 +18,7 @@ CORE_MODULES = [
     "amps/log/dedup.py",
     "amps/log/recovery.py",
     "amps/client/policy.py",
+    "amps/batching.py",
 ]
 FORBIDDEN = {
     "asyncio",

@@ -49,11 +49,12 @@ async def test_queued_commands_become_frames_in_order_within_limits(
     assert [len(f.commands) for f in frames] == [5, 5, 3]
     assert [c for f in frames for c in f.commands] == expected
     assert conn._take_frames() == []
-    for seq in range(13, 18):  # 4,000-byte publishes: the byte limit closes a frame after 3
+    for seq in range(13, 18):  # ~4,064-byte publishes: a third would pass the 10,000-byte bound
         conn.send_publish("t", b"x" * 4000, seq)
     assert [len(client_pb2.ClientFrame.FromString(f).commands) for f in conn._take_frames()] == [
-        3,
         2,
+        2,
+        1,
     ]
 
 
