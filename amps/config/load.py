@@ -21,7 +21,11 @@ from amps.config.model import (
 )
 from amps.config.queues import check_queues_against_log, parse_sow
 from amps.config.reader import ExpressionCheck, Reader
-from amps.config.replication import check_replication_against_log, parse_replication
+from amps.config.replication import (
+    check_destinations,
+    check_replication_against_log,
+    parse_replication,
+)
 from amps.config.sections import (
     parse_admin,
     parse_name,
@@ -129,6 +133,7 @@ def _read_root(reader: Reader, root: Element) -> Config | None:
     if hit := fields.one("Replication"):
         replication, replicated_topics = parse_replication(reader, *hit)
         check_replication_against_log(reader, replicated_topics, log)
+        check_destinations(reader, replication, name, transports)
     reserved: list[RawElement] = [
         reader.raw(*hit) for tag in RESERVED_SECTIONS if (hit := fields.one(tag))
     ]

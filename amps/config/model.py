@@ -196,6 +196,12 @@ class ReplicationConfig:
     """`Replication`: the outgoing destinations of this instance."""
 
     destinations: tuple[DestinationConfig, ...] = ()
+    # Element path of each destination (for errors found after parsing); not configuration.
+    paths: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def destination(self, name: str) -> DestinationConfig | None:
+        """The destination whose Name is `name`, or None."""
+        return next((d for d in self.destinations if d.name == name), None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,14 @@ from xml.etree.ElementTree import Element
 
 from amps.config.model import (
     DestinationConfig,
+    InetAddr,
     MessageType,
     ReplicationConfig,
     ReplicationTopicConfig,
     ReplicationTransportConfig,
     SyncType,
     TransactionLogConfig,
+    TransportConfig,
 )
 from amps.config.reader import Reader
 from amps.config.sections import (
@@ -47,11 +49,56 @@ def parse_replication(
     fields = reader.children(element, path, repeated=("Destination",))
     destinations: list[DestinationConfig] = []
     topics: list[tuple[str, ReplicationTopicConfig]] = []
+    paths: list[str] = []
     for destination_path, destination_element in fields.many("Destination"):
         destination = _parse_destination(reader, destination_path, destination_element, topics)
         if destination is not None:
             destinations.append(destination)
-    return ReplicationConfig(tuple(destinations)), topics
+            paths.append(destination_path)
+    return ReplicationConfig(tuple(destinations), tuple(paths)), topics
+
+
+def check_destinations(
+    reader: Reader,
+    replication: ReplicationConfig,
+    name: str | None,
+    transports: tuple[TransportConfig, ...],
+) -> None:
+    """The start-up refusals: a peer named as this instance, a link to this instance's own
+    replication address, or two destinations with one Name (a peer has one link)."""
+    incoming = next((t.inet_addr for t in transports if t.type == "amps-replication"), None)
+    seen: dict[str, str] = {}
+    count = len(replication.destinations)
+    paths = replication.paths or tuple(
+        f"AMPSConfig/Replication/Destination[{i}]" for i in range(1, count + 1)
+    )
+    for path, destination in zip(paths, replication.destinations, strict=True):
+        if destination.name == name:
+            reader.error(f"{path}/Name", destination.name, "a peer other than this instance")
+        if destination.name in seen:
+            reader.error(
+                f"{path}/Name",
+                destination.name,
+                f"a peer not already a destination at {seen[destination.name]}",
+            )
+        seen.setdefault(destination.name, path)
+        for t_index, transport in enumerate(destination.transports, 1):
+            for a_index, addr in enumerate(transport.inet_addrs, 1):
+                if incoming is not None and _same_listener(addr, incoming):
+                    reader.error(
+                        f"{path}/Transport[{t_index}]/InetAddr[{a_index}]",
+                        str(addr),
+                        "the address of another instance (this is this instance's own "
+                        "amps-replication transport)",
+                    )
+
+
+def _same_listener(addr: InetAddr, listener: InetAddr) -> bool:
+    """Whether connecting to `addr` reaches `listener` on this host (loopback or wildcard)."""
+    if addr.port != listener.port:
+        return False
+    local = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
+    return addr.host == listener.host or (addr.host in local and listener.host in local)
 
 
 def _parse_destination(

@@ -533,3 +533,47 @@ def test_destination_group_defaults_to_name_and_name_to_group() -> None:
         by_group.replication.destinations[0].name,
         by_group.replication.destinations[0].group,
     ) == ("G", "G")
+
+
+def test_refused_topologies_name_the_destination() -> None:
+    """R8 start-up refusals: a peer named as this instance, a link to its own replication
+    listener, and one peer configured as two destinations."""
+    assert_error(
+        replication(f"<Name>amps-1</Name><SyncType>sync</SyncType>{TRANSPORT}"),
+        f"{D}/Name",
+        "a peer other than this instance",
+    )
+    listener = (
+        "<Transports><Transport><Name>r</Name><Type>amps-replication</Type>"
+        "<InetAddr>10004</InetAddr></Transport></Transports>"
+    )
+    to_self = TRANSPORT.replace("h:1", "localhost:10004")
+    assert_error(
+        document(
+            listener + "<Replication><Destination><Name>b</Name><SyncType>sync</SyncType>"
+            f"{to_self}</Destination></Replication>"
+        ),
+        f"{D}/Transport[1]/InetAddr[1]",
+        "own amps-replication transport",
+    )
+    twice = f"<Destination><Name>b</Name><SyncType>async</SyncType>{TRANSPORT}</Destination>"
+    assert_error(
+        document(f"<Replication>{twice}{twice}</Replication>"),
+        "AMPSConfig/Replication/Destination[2]/Name",
+        "not already a destination at AMPSConfig/Replication/Destination[1]",
+    )
+
+
+def test_one_way_and_archive_destinations_are_accepted() -> None:
+    """R8: replication may be one-way, and a destination may take only some topics."""
+    archive = load_config(
+        replication(
+            f"<Name>archive</Name><SyncType>async</SyncType>{TRANSPORT}"
+            f"<Topic><Name>orders</Name>{JSON}</Topic>"
+        )
+    )
+    assert archive.replication is not None
+    destination = archive.replication.destination("archive")
+    assert destination is not None
+    assert [t.name for t in destination.topics] == ["orders"]
+    assert archive.replication.destination("nobody") is None
