@@ -19,6 +19,10 @@ CORE_MODULES = [
     "amps/log/recovery.py",
     "amps/client/policy.py",
     "amps/batching.py",
+    "replication/frames.py",
+    "replication/link_core.py",
+    "replication/positions.py",
+    "replication/routing.py",
 ]
 FORBIDDEN = {
     "asyncio",

@@ -1,0 +1,102 @@
+"""What two instances say to each other over a link, as plain values (protobuf stops in
+replication/convert.py). [core]
+
+A link is one bidirectional stream per pair of instances. Each side opens with a `Hello`; after
+both hellos, each side sends `Batch`es of the records it replicates to the other and answers the
+other's batches with cumulative `Ack`s once their records are durable. `Heartbeat`s keep an idle
+link known to be alive. A side that refuses the link says why in a `Refusal` and closes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amps.log.records import Record
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class OriginPosition:
+    """What the receiver holds from one origin over one link (R10).
+
+    `origin_txid`: the origin's own txid of the last record held from that origin over this
+    link. `upstream_txid`: the sender's local txid of that same record, a hint that lets the
+    sender resume without scanning its log (checked against the log before it is trusted).
+    """
+
+    origin: str
+    origin_txid: int
+    upstream_txid: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDigest:
+    """One `Topic` a side replicates to the other: name (literal or regex), type, filter."""
+
+    name: str
+    message_type: str
+    filter: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """What a side replicates to its peer (R8). `sends` is False when it has no destination
+    for the peer (one-way replication). The replicated-queues issue adds queue definitions."""
+
+    sends: bool
+    topics: tuple[TopicDigest, ...] = ()
+    sync: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The first frame each side sends: who it is, who it expects, what it replicates and,
+    per origin, what it already holds from the peer over this link."""
+
+    protocol_version: int
+    instance: str
+    group: str
+    expected_peer: str  # the destination's Name this side dialled; "" when it accepted
+    expected_group: str  # the destination's Group; "" when it accepted
+    digest: Digest
+    positions: tuple[OriginPosition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Records of the sender's log in its txid order, and how far the sender has read.
+
+    Every record the destination should get among txids <= `through_txid` is in this batch
+    or an earlier one, so an ack of `through_txid` covers the records that were not sent.
+    """
+
+    batch_id: int
+    through_txid: int
+    records: tuple[Record, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Cumulative: every batch up to `through_txid` of the receiver's peer is durable here."""
+
+    through_txid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Sent on an idle link; `heard` is the sender's reachability table: for each instance it
+    heard from (directly or through passthrough), how long ago in milliseconds."""
+
+    heard: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a side refuses the link (a `REFUSALS` code) and a message naming both instances."""
+
+    code: str
+    message: str
+
+
+Frame = Hello | Batch | Ack | Heartbeat | Refusal

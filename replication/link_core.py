@@ -1,0 +1,561 @@
+"""One replication link between this instance and one peer, as a sans-IO state machine. [core]
+
+Rule 1: this file decides what crosses a link and when; it does no I/O and reads no clock
+(`now_ms` is an argument). The log is read through the narrow `LogView`; appending what the
+peer sends is the adapter's job (`Apply`), through the instance's one de-duplicating path.
+Rule 2: only durable records are sent, and a batch is acknowledged only once every record in
+it is durable on the receiver (`RecordsDurable` comes from the adapter after its fsync). So a
+position a side reports in its `Hello` is always on disk, and resuming from it loses nothing.
+Rule 3: the sender sends at once while fewer than `window_batches` batches are unacknowledged,
+and lets records gather into the next batch while the window is full (`should_send_now`):
+an idle link adds no delay and a busy one pays one gRPC message per batch, not per record.
+Rule 4: one link per pair carries both directions. Either side may have a destination for the
+other (two-way), or only one side (one-way); the other side then only acknowledges.
+
+States: IDLE (no stream) -> HELLO_SENT (we dialled and sent our Hello) or ACCEPTED (the peer
+dialled; we answer its Hello with ours) -> READY (both Hellos exchanged, records flow) -> IDLE
+on `Disconnected`, on a refusal either way, or when the peer is silent for `peer_timeout_ms`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from amps.log.records import PublishRecord, Record
+from replication.frames import (
+    PROTOCOL_VERSION,
+    Ack,
+    Batch,
+    Frame,
+    Heartbeat,
+    Hello,
+    OriginPosition,
+    Refusal,
+)
+from replication.positions import PositionBook
+from replication.routing import NO_DIGEST, Route
+
+# Refusal codes, each with what it means; docs/reference/errors.md lists them (amps.tools).
+REFUSALS: dict[str, str] = {
+    "protocol": "the peer speaks another replication protocol version",
+    "self": "the peer has this instance's own Name (a link to itself, or two instances "
+    "configured with one Name)",
+    "wrong_peer": "the instance reached is not the one the destination names",
+    "group_mismatch": "the peer's Group differs from the destination's Group",
+    "duplicate_link": "a link between these two instances is already up (one per pair)",
+}
+
+
+class LinkState(Enum):
+    IDLE = "idle"
+    HELLO_SENT = "hello_sent"
+    ACCEPTED = "accepted"
+    READY = "ready"
+
+
+class LogView(Protocol):
+    """What a link needs of the local log: durable records by txid."""
+
+    first_txid: int
+
+    @property
+    def durable_txid(self) -> int: ...
+
+    def read(self, from_txid: int, max_records: int) -> list[Record]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LinkLimits:
+    """Bounds of one link; units in the names."""
+
+    max_batch_records: int = 1000
+    max_batch_bytes: int = 1 << 20
+    window_batches: int = 4
+    heartbeat_interval_ms: int = 1000
+    peer_timeout_ms: int = 10_000
+    max_reads_per_step: int = 4
+
+
+# -- events (facts, past tense) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """A stream to the peer is open: we dialled it, or the peer did (its Hello comes next)."""
+
+    dialled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FrameReceived:
+    frame: Frame
+
+
+@dataclass(frozen=True, slots=True)
+class LogAdvanced:
+    """The local log's durable txid moved on (or the adapter asks the sender to go on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsDurable:
+    """Every record of the peer's batches up to `through_txid` (peer txids) is durable here."""
+
+    through_txid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnected:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SyncChanged:
+    """An administrator or an action downgraded (True) or upgraded (False) the destination."""
+
+    downgraded: bool
+    reason: str
+
+
+Event = Connected | FrameReceived | LogAdvanced | RecordsDurable | Disconnected | SyncChanged
+
+# -- actions (imperatives) -------------------------------------------------------------------
+# Contract: perform in list order. `Send(Ack)` is only ever produced after `RecordsDurable`, so
+# the adapter never has to hold an ack back; `Apply` must be followed, once its records are
+# durable, by `RecordsDurable(through_txid)`.
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    frame: Frame
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """Append the peer's records under local txids (de-duplicated), in order."""
+
+    records: tuple[Record, ...]
+    through_txid: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAcked:
+    """The destination holds every record it should get up to local txid `through_txid`."""
+
+    through_txid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """End the stream; `refused` when this side (or the peer) refused the link."""
+
+    reason: str
+    refused: bool = False
+
+
+Action = Send | Apply | PeerAcked | Close
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStatistics:
+    """A snapshot for metrics and `amps admin replication`."""
+
+    peer: str
+    state: str
+    sends: bool
+    sync: bool
+    downgraded: bool
+    acked_through_txid: int
+    behind_records: int
+    oldest_unacked_ms: int
+    batches_sent: int
+    records_sent: int
+    batches_received: int
+    records_received: int
+    received_through_txid: int
+    resyncs: int
+    last_heard_ms: int | None
+
+
+def should_send_now(in_flight_batches: int, window_batches: int) -> bool:
+    """Send now while the window has room; under load records gather into the next batch."""
+    return in_flight_batches < window_batches
+
+
+class LinkCore:
+    """The link to one peer: handshake, batches with flow control, acks, heartbeats."""
+
+    def __init__(
+        self,
+        local: str,
+        group: str,
+        log: LogView,
+        routes: Mapping[str, Route],
+        book: PositionBook,
+        peer: str,
+        *,
+        limits: LinkLimits | None = None,
+    ) -> None:
+        self.local = local
+        self.group = group
+        self.log = log
+        self.book = book
+        self.peer = peer
+        self.limits = limits or LinkLimits()
+        self.state = LinkState.IDLE
+        self.downgraded = False
+        self.close_reason = ""
+        self._connected_ms = 0
+        # sender: the destination configured for this peer, if any (one-way links have none)
+        self._route: Route | None = routes.get(peer)
+        self._cursor = 0  # next local txid to read
+        self._in_flight: deque[tuple[int, int]] = deque()  # (batch_id, through_txid)
+        self._next_batch_id = 1
+        self.acked_through_txid = 0
+        self._unacked_since_ms: int | None = None
+        self._more = False
+        # receiver: per batch through_txid, the last record of each origin in it
+        self._pending_positions: deque[tuple[int, dict[str, OriginPosition]]] = deque()
+        self.received_through_txid = 0
+        # counters and timers
+        self._batches_sent = 0
+        self._records_sent = 0
+        self._batches_received = 0
+        self._records_received = 0
+        self._resyncs = 0
+        self._last_sent_ms = 0
+        self._last_heard_ms: int | None = None
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    def handle(self, event: Event, now_ms: int) -> list[Action]:
+        """Apply one event; return what the adapter must do, in order."""
+        match event:
+            case Connected(dialled):
+                return self._on_connected(dialled, now_ms)
+            case FrameReceived(frame):
+                if self.state is LinkState.IDLE:
+                    return []  # a frame that raced the close
+                self._last_heard_ms = now_ms
+                return self._on_frame(frame, now_ms)
+            case LogAdvanced():
+                return self._fill(now_ms) if self.state is LinkState.READY else []
+            case RecordsDurable(through_txid):
+                return self._on_records_durable(through_txid, now_ms)
+            case Disconnected(reason):
+                self._reset(reason)
+                return []
+            case SyncChanged(downgraded, _):
+                self.downgraded = downgraded and self.sync
+                return []
+        raise AssertionError(f"unknown event {event!r}")
+
+    def on_deadline(self, now_ms: int) -> list[Action]:
+        """Heartbeat an idle link; close a link whose peer has gone silent."""
+        if self.state is LinkState.IDLE:
+            return []
+        heard = self._last_heard_ms if self._last_heard_ms is not None else self._connected_ms
+        if now_ms - heard >= self.limits.peer_timeout_ms:
+            reason = f"no frame from {self.peer or 'the peer'} for {now_ms - heard} ms"
+            self._reset(reason)
+            return [Close(reason)]
+        if self.state is LinkState.READY and (
+            now_ms - self._last_sent_ms >= self.limits.heartbeat_interval_ms
+        ):
+            return [self._send(Heartbeat(), now_ms)]
+        return []
+
+    def next_deadline_ms(self) -> int | None:
+        """When `on_deadline` next has work, or None while there is no stream."""
+        if self.state is LinkState.IDLE:
+            return None
+        heard = self._last_heard_ms if self._last_heard_ms is not None else self._connected_ms
+        deadline = heard + self.limits.peer_timeout_ms
+        if self.state is LinkState.READY:
+            deadline = min(deadline, self._last_sent_ms + self.limits.heartbeat_interval_ms)
+        return deadline
+
+    @property
+    def sends(self) -> bool:
+        """Whether this side has a destination for the peer."""
+        return self._route is not None
+
+    @property
+    def sync(self) -> bool:
+        return self._route is not None and self._route.sync
+
+    @property
+    def wants_to_send(self) -> bool:
+        """The last step stopped early with more to send: post `LogAdvanced` again."""
+        return self._more
+
+    # -- connection and handshake ------------------------------------------------------------
+
+    def _on_connected(self, dialled: bool, now_ms: int) -> list[Action]:
+        assert self.state is LinkState.IDLE, self.state
+        self._connected_ms = now_ms
+        self._last_heard_ms = None
+        self.close_reason = ""
+        if not dialled:
+            self.state = LinkState.ACCEPTED
+            return []
+        self.state = LinkState.HELLO_SENT
+        return [self._send(self._hello(dialled=True), now_ms)]
+
+    def _hello(self, *, dialled: bool) -> Hello:
+        route = self._route
+        return Hello(
+            protocol_version=PROTOCOL_VERSION,
+            instance=self.local,
+            group=self.group,
+            expected_peer=self.peer if dialled else "",
+            expected_group=route.group if dialled and route is not None else "",
+            digest=route.digest if route is not None else NO_DIGEST,
+            positions=self.book.positions(self.peer),
+        )
+
+    def _on_frame(self, frame: Frame, now_ms: int) -> list[Action]:
+        if isinstance(frame, Hello):
+            return self._on_hello(frame, now_ms)
+        if isinstance(frame, Refusal):
+            reason = f"refused by {self.peer}: {frame.message}"
+            self._reset(reason)
+            return [Close(reason, refused=True)]
+        if self.state is not LinkState.READY:
+            return self._refuse("protocol", f"{frame.__class__.__name__} before Hello")
+        if isinstance(frame, Batch):
+            return self._on_batch(frame)
+        if isinstance(frame, Ack):
+            return self._on_ack(frame.through_txid, now_ms)
+        return []  # a Heartbeat: hearing it is all it is for
+
+    def _on_hello(self, hello: Hello, now_ms: int) -> list[Action]:
+        if self.state is LinkState.READY:
+            return self._refuse("protocol", "a second Hello")
+        problem = self._check_hello(hello)
+        if problem is not None:
+            return self._refuse(*problem)
+        actions: list[Action] = []
+        if self.state is LinkState.ACCEPTED:
+            actions.append(self._send(self._hello(dialled=False), now_ms))
+        self.state = LinkState.READY
+        self._start_sending(hello.positions)
+        actions.extend(self._fill(now_ms))
+        return actions
+
+    def _check_hello(self, hello: Hello) -> tuple[str, str] | None:
+        both = f"{self.local} (group {self.group}) and {hello.instance} (group {hello.group})"
+        if hello.protocol_version != PROTOCOL_VERSION:
+            return "protocol", f"{both}: protocol {hello.protocol_version}, not {PROTOCOL_VERSION}"
+        if hello.instance == self.local:
+            return "self", f"{both}: the peer has this instance's Name {self.local!r}"
+        if hello.instance != self.peer:
+            return "wrong_peer", f"{both}: the destination names {self.peer!r}"
+        if hello.expected_peer and hello.expected_peer != self.local:
+            return "wrong_peer", f"{both}: the peer's destination names {hello.expected_peer!r}"
+        route = self._route
+        if route is not None and route.group != hello.group:
+            return "group_mismatch", f"{both}: the destination's Group is {route.group!r}"
+        if hello.expected_group and hello.expected_group != self.group:
+            return (
+                "group_mismatch",
+                f"{both}: the peer's destination Group is {hello.expected_group!r}",
+            )
+        return None
+
+    def _refuse(self, code: str, message: str) -> list[Action]:
+        assert code in REFUSALS, code
+        self._reset(f"refused: {message}")
+        return [Send(Refusal(code, message)), Close(message, refused=True)]
+
+    def refuse_duplicate(self) -> list[Action]:
+        """The adapter found another live stream to this peer: refuse this one (Rule 4)."""
+        return self._refuse(
+            "duplicate_link", f"{self.local} and {self.peer}: a link between them is already up"
+        )
+
+    # -- sender ------------------------------------------------------------------------------
+
+    def _start_sending(self, held: tuple[OriginPosition, ...]) -> None:
+        """R10: resume after what the peer holds from us, if our log agrees it is ours."""
+        self._in_flight.clear()
+        start = self.log.first_txid
+        if held and all(self._is_ours(p) for p in held):
+            start = max(start, max(p.upstream_txid for p in held) + 1)
+        self._cursor = start
+        self.acked_through_txid = start - 1
+        if start <= self.log.durable_txid and self.sends:
+            self._resyncs += 1
+
+    def _is_ours(self, position: OriginPosition) -> bool:
+        if position.upstream_txid < self.log.first_txid:
+            return position.upstream_txid == 0
+        if position.upstream_txid > self.log.durable_txid:
+            return False
+        found = self.log.read(position.upstream_txid, 1)
+        return bool(found) and (
+            found[0].txid == position.upstream_txid
+            and found[0].origin_instance == position.origin
+            and found[0].origin_txid == position.origin_txid
+        )
+
+    def _fill(self, now_ms: int) -> list[Action]:
+        self._more = False
+        route = self._route
+        if route is None or self.state is not LinkState.READY:
+            return []
+        actions: list[Action] = []
+        limits = self.limits
+        reads = 0
+        acked_before = self.acked_through_txid
+        while self._cursor <= self.log.durable_txid and should_send_now(
+            len(self._in_flight), limits.window_batches
+        ):
+            if reads == limits.max_reads_per_step:
+                self._more = True
+                break
+            reads += 1
+            records = self.log.read(self._cursor, limits.max_batch_records)
+            if not records:
+                break
+            chosen: list[Record] = []
+            size_bytes = 0
+            through = self._cursor - 1
+            for record in records:
+                if size_bytes >= limits.max_batch_bytes:
+                    break
+                through = record.txid
+                if route.wants(record):
+                    chosen.append(record)
+                    size_bytes += len(record.data) if isinstance(record, PublishRecord) else 64
+            self._cursor = through + 1
+            if chosen:
+                batch = Batch(self._next_batch_id, through, tuple(chosen))
+                self._next_batch_id += 1
+                self._in_flight.append((batch.batch_id, through))
+                self._batches_sent += 1
+                self._records_sent += len(chosen)
+                actions.append(self._send(batch, now_ms))
+            elif not self._in_flight:
+                self.acked_through_txid = through  # nothing for the peer up to here
+        self._track_unacked(now_ms)
+        if self.acked_through_txid > acked_before:
+            actions.append(PeerAcked(self.acked_through_txid))
+        return actions
+
+    def _on_ack(self, through_txid: int, now_ms: int) -> list[Action]:
+        in_flight = self._in_flight
+        if not in_flight or through_txid < in_flight[0][1]:
+            return []  # an ack for batches of an earlier stream: nothing in flight matches
+        while in_flight and in_flight[0][1] <= through_txid:
+            in_flight.popleft()
+        acked = through_txid if in_flight else self._cursor - 1
+        actions: list[Action] = []
+        if acked > self.acked_through_txid:
+            self.acked_through_txid = acked
+            actions.append(PeerAcked(acked))
+        actions.extend(self._fill(now_ms))
+        self._track_unacked(now_ms)
+        return actions
+
+    def _track_unacked(self, now_ms: int) -> None:
+        if self.acked_through_txid >= self.log.durable_txid or not self.sends:
+            self._unacked_since_ms = None
+        elif self._unacked_since_ms is None:
+            self._unacked_since_ms = now_ms
+
+    def oldest_unacked_ms(self, now_ms: int) -> int:
+        """How long the destination has been behind this instance's durable log (0: caught up)."""
+        since = self._unacked_since_ms
+        return 0 if since is None else now_ms - since
+
+    # -- receiver ----------------------------------------------------------------------------
+
+    def _on_batch(self, batch: Batch) -> list[Action]:
+        assert batch.through_txid > self.received_through_txid, (
+            batch.through_txid,
+            self.received_through_txid,
+        )
+        last: dict[str, OriginPosition] = {}
+        previous = self.received_through_txid
+        for record in batch.records:
+            assert previous < record.txid <= batch.through_txid, (previous, record.txid)
+            previous = record.txid
+            last[record.origin_instance] = OriginPosition(
+                record.origin_instance, record.origin_txid, record.txid
+            )
+        self._pending_positions.append((batch.through_txid, last))
+        self.received_through_txid = batch.through_txid
+        self._batches_received += 1
+        self._records_received += len(batch.records)
+        return [Apply(batch.records, batch.through_txid)]
+
+    def _on_records_durable(self, through_txid: int, now_ms: int) -> list[Action]:
+        pending = self._pending_positions
+        if not pending or self.state is not LinkState.READY:
+            return []  # the stream that carried them is gone; the Hello reports what is held
+        acked = 0
+        while pending and pending[0][0] <= through_txid:
+            batch_through, positions = pending.popleft()
+            for position in positions.values():
+                self.book.hold(self.peer, position)
+            acked = batch_through
+        if not acked:
+            return []
+        return [self._send(Ack(acked), now_ms)]
+
+    # -- common ------------------------------------------------------------------------------
+
+    def _send(self, frame: Frame, now_ms: int) -> Send:
+        self._last_sent_ms = now_ms
+        return Send(frame)
+
+    def _reset(self, reason: str) -> None:
+        self.state = LinkState.IDLE
+        self.close_reason = reason
+        self._in_flight.clear()
+        self._pending_positions.clear()
+        self.received_through_txid = 0
+        self._more = False
+
+    def statistics(self, now_ms: int) -> LinkStatistics:
+        """Counters and gauges of this link, at `now_ms`."""
+        behind = max(0, self.log.durable_txid - self.acked_through_txid) if self.sends else 0
+        return LinkStatistics(
+            peer=self.peer,
+            state=self.state.value,
+            sends=self.sends,
+            sync=self.sync,
+            downgraded=self.downgraded,
+            acked_through_txid=self.acked_through_txid,
+            behind_records=behind,
+            oldest_unacked_ms=self.oldest_unacked_ms(now_ms),
+            batches_sent=self._batches_sent,
+            records_sent=self._records_sent,
+            batches_received=self._batches_received,
+            records_received=self._records_received,
+            received_through_txid=self.received_through_txid,
+            resyncs=self._resyncs,
+            last_heard_ms=self._last_heard_ms,
+        )
+
+    def check_invariants(self) -> None:
+        """Cross-checks run after every step in tests."""
+        assert len(self._in_flight) <= self.limits.window_batches
+        throughs = [through for _, through in self._in_flight]
+        assert throughs == sorted(throughs)
+        if self.state is LinkState.READY and self.sends:
+            assert self.acked_through_txid <= self._cursor - 1 <= self.log.durable_txid
+            if throughs:
+                assert self.acked_through_txid < throughs[0]
+                assert throughs[-1] <= self._cursor - 1
+        if self.state is not LinkState.READY:
+            assert not self._in_flight
+            assert not self._pending_positions
+        pending = [through for through, _ in self._pending_positions]
+        assert pending == sorted(pending)
+        if pending:
+            assert pending[-1] == self.received_through_txid

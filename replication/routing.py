@@ -1,0 +1,107 @@
+"""Which records of this instance's log go to one destination (R1, R9). [core]
+
+Rule 1: only publishes replicate for now; queue acknowledgements and ownership records join
+when they carry bookmarks instead of local txids (the replicated-queues issue).
+Rule 2: a record never goes back to its origin, and goes to a destination only when it
+originated here or its origin's group matches the destination's PassThrough. A record that
+reaches an instance twice (a triangle) is discarded there as a duplicate and never appended,
+so it is never forwarded again: no loop can form, whatever the topology.
+Rule 3: a destination without Topic elements takes every recorded topic; otherwise a publish
+goes when its topic matches a Topic's Name and that Topic's Filter (if any).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from amps.config.topics import topic_matches
+from amps.log.records import PublishRecord, Record
+from replication.frames import Digest, TopicDigest
+
+if TYPE_CHECKING:
+    from amps.config.model import DestinationConfig
+    from amps.expr import Filter
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicRule:
+    name: str
+    filter: Filter | None
+
+
+class Route:
+    """The routing decision for one destination of instance `local`."""
+
+    def __init__(self, local: str, destination: DestinationConfig) -> None:
+        self.local = local
+        self.destination = destination.name
+        self.group = destination.group
+        self.pass_through = destination.pass_through
+        self.sync = destination.sync_type == "sync"
+        self._rules = tuple(
+            _TopicRule(t.name, _compile(t.filter) if t.filter else None) for t in destination.topics
+        )
+        self._topic_cache: dict[str, tuple[_TopicRule, ...]] = {}
+        self.digest = Digest(
+            sends=True,
+            topics=tuple(
+                TopicDigest(t.name, t.message_type, t.filter or "") for t in destination.topics
+            ),
+            sync=self.sync,
+        )
+
+    def wants(self, record: Record) -> bool:
+        """Whether `record` (from this instance's log) goes to the destination."""
+        if not isinstance(record, PublishRecord):
+            return False
+        origin = record.origin_instance
+        if origin == self.destination:
+            return False
+        if origin != self.local and not self._passes_through(record.origin_group):
+            return False
+        if not self._rules:
+            return True
+        rules = self._rules_for(record.topic)
+        if not rules:
+            return False
+        return any(rule.filter is None or _matches(rule.filter, record) for rule in rules)
+
+    def _passes_through(self, group: str) -> bool:
+        pattern = self.pass_through
+        if pattern is None:
+            return False
+        return topic_matches(pattern, group)
+
+    def _rules_for(self, topic: str) -> tuple[_TopicRule, ...]:
+        rules = self._topic_cache.get(topic)
+        if rules is None:
+            rules = tuple(r for r in self._rules if topic_matches(r.name, topic))
+            if len(self._topic_cache) > 10_000:
+                self._topic_cache.clear()
+            self._topic_cache[topic] = rules
+        return rules
+
+
+def _compile(text: str) -> Filter:
+    # Imported on first use: the expression compiler is not needed to start an instance.
+    from amps.expr import compile_filter
+
+    return compile_filter(text)
+
+
+def _matches(flt: Filter, record: PublishRecord) -> bool:
+    from amps.expr import Message
+
+    message = Message(
+        record.data,
+        topic=record.topic,
+        bookmark=f"{record.publisher_id}|{record.seq}|",
+        timestamp_us=record.timestamp_us,
+        correlation_id=record.correlation_id,
+        expiration_s=record.expiration_s,
+    )
+    return flt.matches(message)
+
+
+NO_DIGEST = Digest(sends=False)

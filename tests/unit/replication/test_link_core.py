@@ -1,0 +1,270 @@
+"""The link core driven directly with a manual clock (issue 8: R9, R10, L2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from amps.log.records import PublishRecord
+from replication.frames import Ack, Batch, Heartbeat, Hello, Refusal
+from replication.link_core import (
+    REFUSALS,
+    Close,
+    Connected,
+    FrameReceived,
+    LinkCore,
+    LinkState,
+    LogAdvanced,
+    PeerAcked,
+    RecordsDurable,
+    Send,
+    should_send_now,
+)
+from replication.positions import PositionBook
+from replication.routing import Route
+
+from .sim import LIMITS, MemoryLog, Network, check_converged, destination, line, mesh
+
+
+def pair() -> Network:
+    return mesh(["a", "b"])
+
+
+def sent(actions: Sequence[object]) -> list[object]:
+    return [a.frame for a in actions if isinstance(a, Send)]
+
+
+def test_handshake_then_records_flow_both_ways() -> None:
+    """D1: one stream per pair carries both directions once both Hellos are exchanged."""
+    net = pair()
+    for _ in range(4):
+        net.instances["a"].publish()
+        net.instances["b"].publish()
+    net.settle()
+    check_converged(net)
+    assert net.instances["a"].links["b"].state is LinkState.READY
+    stats = net.instances["a"].links["b"].statistics(net.now_ms)
+    assert stats.records_sent == 4
+    assert stats.records_received == 4
+    assert stats.behind_records == 0
+
+
+def test_the_accepting_side_answers_only_after_the_dialler_names_itself() -> None:
+    log = MemoryLog()
+    book = PositionBook()
+    core = LinkCore("b", "b", log, {}, book, "a")
+    assert core.handle(Connected(dialled=False), 0) == []
+    assert core.state.value == "accepted"
+    dialler = LinkCore("a", "a", MemoryLog(), {}, PositionBook(), "b")
+    (hello,) = sent(dialler.handle(Connected(dialled=True), 0))
+    assert isinstance(hello, Hello)
+    assert (hello.instance, hello.expected_peer) == ("a", "b")
+    answer = sent(core.handle(FrameReceived(hello), 0))
+    assert isinstance(answer[0], Hello)
+    assert core.state is LinkState.READY
+
+
+def test_a_batch_is_sent_at_once_on_an_idle_link_and_batches_grow_under_load() -> None:
+    """Send now when idle, coalesce while the window is full (one gRPC message per batch)."""
+    net = pair()
+    net.connect("a", "b")
+    while net.deliver("a", "b") or net.deliver("b", "a"):
+        pass
+    a = net.instances["a"]
+    a.publish()
+    net.flush("a")
+    (frame,) = net.streams[("a", "b")]
+    assert isinstance(frame, Batch)
+    assert len(frame.records) == 1
+    for _ in range(20):
+        a.publish()
+        net.flush("a")
+    # The window (2 batches) filled; the rest waits for an ack and then goes in full batches.
+    assert len(net.streams[("a", "b")]) == LIMITS.window_batches
+    assert should_send_now(1, 2)
+    assert not should_send_now(2, 2)
+    net.settle()
+    check_converged(net)
+    assert a.links["b"].statistics(0).batches_sent < 21
+
+
+def test_acks_come_only_after_the_records_are_durable_on_the_receiver() -> None:
+    """L2/R10: a position is acknowledged (and later reported) only once it is on disk."""
+    net = pair()
+    net.connect("a", "b")
+    while net.deliver("a", "b") or net.deliver("b", "a"):
+        pass
+    net.instances["a"].publish()
+    net.flush("a")
+    net.deliver("a", "b")
+    assert not net.streams[("b", "a")]  # applied, not yet durable: no ack
+    assert net.instances["b"].book.positions("a") == ()
+    net.flush("b")
+    (ack,) = net.streams[("b", "a")]
+    assert isinstance(ack, Ack)
+    assert net.instances["b"].book.through_txid("a") == 1
+    net.deliver("b", "a")
+    assert net.instances["a"].acked["b"] == 1
+
+
+def test_records_not_for_the_destination_are_acknowledged_by_position() -> None:
+    """An archive destination takes only some topics; the others count as delivered."""
+    log = MemoryLog()
+    log.records = [
+        PublishRecord(i, 0, "other" if i % 2 else "orders", b"", 1, i, "a", "a", i)
+        for i in range(1, 6)
+    ]
+    log.durable = 5
+    archive = destination("z")
+    from dataclasses import replace
+
+    from amps.config.model import ReplicationTopicConfig
+
+    archive = replace(archive, topics=(ReplicationTopicConfig("orders", "json"),))
+    core = LinkCore("a", "a", log, {"z": Route("a", archive)}, PositionBook(), "z")
+    core.handle(Connected(dialled=True), 0)
+    actions = core.handle(FrameReceived(Hello(1, "z", "z", "", "", Route("a", archive).digest)), 0)
+    (batch,) = sent(actions)
+    assert isinstance(batch, Batch)
+    assert [r.topic for r in batch.records] == ["orders", "orders"]  # type: ignore[union-attr]
+    assert core.handle(FrameReceived(Ack(batch.through_txid)), 1) == [PeerAcked(5)]
+
+
+def test_heartbeats_on_an_idle_link_and_close_when_the_peer_is_silent() -> None:
+    net = pair()
+    net.connect("a", "b")
+    while net.deliver("a", "b") or net.deliver("b", "a"):
+        pass
+    core = net.instances["a"].links["b"]
+    deadline = core.next_deadline_ms()
+    assert deadline == LIMITS.heartbeat_interval_ms
+    assert sent(core.on_deadline(deadline)) == [Heartbeat()]
+    silent = core.next_deadline_ms()
+    assert silent is not None
+    actions = core.on_deadline(LIMITS.peer_timeout_ms)
+    assert isinstance(actions[-1], Close)
+    assert core.state is LinkState.IDLE
+    assert core.next_deadline_ms() is None
+
+
+def test_refusals_name_both_instances() -> None:
+    """R8: a peer with this instance's Name, the wrong instance, a Group mismatch."""
+    routes = {"b": Route("a", destination("b"))}
+    cases = [
+        (Hello(1, "a", "a", "", "", routes["b"].digest), "self"),
+        (Hello(1, "c", "c", "", "", routes["b"].digest), "wrong_peer"),
+        (Hello(1, "b", "east", "", "", routes["b"].digest), "group_mismatch"),
+        (Hello(1, "b", "b", "x", "", routes["b"].digest), "wrong_peer"),
+        (Hello(2, "b", "b", "", "", routes["b"].digest), "protocol"),
+    ]
+    for hello, code in cases:
+        core = LinkCore("a", "a", MemoryLog(), routes, PositionBook(), "b")
+        core.handle(Connected(dialled=True), 0)
+        actions = core.handle(FrameReceived(hello), 0)
+        refusal = sent(actions)[-1]
+        assert isinstance(refusal, Refusal)
+        assert refusal.code == code, (hello, refusal)
+        assert code in REFUSALS
+        assert "a (group a)" in refusal.message
+        assert f"{hello.instance} (group" in refusal.message
+        assert isinstance(actions[-1], Close)
+        assert actions[-1].refused
+        assert core.state is LinkState.IDLE
+
+
+def test_a_refusal_from_the_peer_closes_the_link() -> None:
+    core = LinkCore("a", "a", MemoryLog(), {}, PositionBook(), "b")
+    core.handle(Connected(dialled=True), 0)
+    (close,) = core.handle(FrameReceived(Refusal("self", "b and b")), 0)
+    assert isinstance(close, Close)
+    assert close.refused
+    assert "b and b" in close.reason
+
+
+def test_resync_resumes_after_the_held_position_without_resending() -> None:
+    """R10: after a cut the sender starts after what the receiver reported holding."""
+    net = pair()
+    a = net.instances["a"]
+    for _ in range(7):
+        a.publish()
+    net.settle()
+    sent_before = a.links["b"].statistics(0).records_sent
+    net.cut("a", "b")
+    for _ in range(2):
+        a.publish()
+    net.settle()
+    check_converged(net)
+    assert a.links["b"].statistics(0).records_sent - sent_before == 2
+
+
+def test_a_receiver_restarted_from_its_log_gets_what_it_lost() -> None:
+    """R10: records applied but not durable at a crash are sent again after the restart."""
+    net = pair()
+    a, b = net.instances["a"], net.instances["b"]
+    for _ in range(5):
+        a.publish()
+    net.settle()
+    b.save_book()
+    for _ in range(5):
+        a.publish()
+    net.flush("a")
+    while net.deliver("a", "b"):
+        pass
+    net.restart("b")  # b applied the last five, never flushed them
+    assert len(b.log.records) == 5
+    net.settle()
+    check_converged(net)
+
+
+def test_a_stale_saved_position_only_causes_discarded_resends() -> None:
+    """A position book saved long ago lags: the resend is de-duplicated (L4), never lost."""
+    net = pair()
+    a, b = net.instances["a"], net.instances["b"]
+    for _ in range(6):
+        a.publish()
+    net.settle()
+    net.restart("b")  # never saved its book: positions start empty
+    net.settle()
+    check_converged(net)
+    assert len(b.log.records) == 6
+
+
+def test_passthrough_on_a_line_and_no_loop_in_a_triangle() -> None:
+    """R9: a record crosses a line hop by hop and is applied once per instance in a triangle."""
+    for net in (line(["a", "b", "c"]), mesh(["a", "b", "c"])):
+        for name in ("a", "b", "c"):
+            for _ in range(3):
+                net.instances[name].publish()
+        net.settle()
+        check_converged(net)
+
+
+def test_without_passthrough_a_line_carries_only_direct_records() -> None:
+    net = mesh(["a", "b"], pass_through=None)
+    net.instances["a"].publish()
+    net.settle()
+    check_converged(net)
+    # b got a's record from a; with no PassThrough it would not forward it anywhere.
+    route = Route("b", destination("c", pass_through=None))
+    assert not route.wants(net.instances["b"].log.records[0])
+    assert not Route("b", destination("a")).wants(net.instances["b"].log.records[0])
+
+
+def test_sync_downgrade_is_recorded_and_apply_waits_for_durability() -> None:
+    net = pair()
+    core = net.instances["a"].links["b"]
+    assert core.sync
+    assert not core.downgraded
+    from replication.link_core import SyncChanged
+
+    core.handle(SyncChanged(True, "admin"), 0)
+    assert core.statistics(0).downgraded
+    core.handle(SyncChanged(False, "admin"), 0)
+    assert not core.downgraded
+    b = net.instances["b"].links["a"]
+    net.connect("a", "b")
+    net.instances["a"].publish()
+    net.flush("a")
+    while net.deliver("b", "a") or net.deliver("a", "b"):
+        pass
+    assert b.handle(RecordsDurable(0), 0) == []
+    assert b.handle(LogAdvanced(), 0) == []  # b has nothing of its own to send
