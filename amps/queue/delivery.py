@@ -90,7 +90,8 @@ def pump(state: QueueState, now_ms: int, actions: list[Action]) -> int:
             # Found before the sweep reached it: an expired message is never delivered.
             state.remove(slot, RemovalReason.EXPIRED, actions, ExpireReason.TIME_LIMIT)
         else:
-            sub = _pick(state, candidates, fairness)
+            holder = state.returned_from.get(txid) if state.returned_from else None
+            sub = _pick(state, candidates, fairness, holder)
             deliver(state, slot, sub, now_ms, actions)
             if len(sub.leased) >= sub.backlog:
                 ready.remove(sub)
@@ -223,13 +224,24 @@ def _next_message(
     return None
 
 
-def _pick(state: QueueState, candidates: list[Subscription], fairness: Fairness) -> Subscription:
+def _pick(
+    state: QueueState,
+    candidates: list[Subscription],
+    fairness: Fairness,
+    returned_from: int | None = None,
+) -> Subscription:
     """Q9: the fairness model chooses among the candidates for one message.
 
     The same rules as `amps.queue.fairness`, applied to the subscriptions directly (no lists
-    built per delivery): O(candidates), which are the subscriptions with room.
+    built per delivery): O(candidates), which are the subscriptions with room. For a returned
+    message `returned_from` is the position of the subscription that last held it: the search
+    starts after that one (Q6), so another with equal room gets it and ties rotate.
     """
     assert candidates
+    if returned_from is not None and len(candidates) > 1:
+        candidates = _search_after(candidates, returned_from)
+        if fairness == "round-robin":
+            fairness = "fast"  # the next in turn is the first after the last holder
     chosen = candidates[0]
     if len(candidates) > 1 and fairness != "fast":
         if fairness == "proportional":
@@ -249,6 +261,15 @@ def _pick(state: QueueState, candidates: list[Subscription], fairness: Fairness)
                     break
     state.round_robin_last = chosen.position
     return chosen
+
+
+def _search_after(candidates: list[Subscription], position: int) -> list[Subscription]:
+    """The candidates (in subscription order) in search order from after `position`, wrapping
+    around: the subscription at `position` itself, if a candidate, comes last."""
+    for i, sub in enumerate(candidates):
+        if sub.position > position:
+            return candidates[i:] + candidates[:i] if i else candidates
+    return candidates
 
 
 def deliver(

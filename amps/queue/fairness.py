@@ -1,7 +1,9 @@
 """Delivery fairness (Q9) as pure functions over the candidates for one message.
 
-Candidates are the subscriptions with backlog room that match the message, in subscription
-order; each function returns the index of the winner in that list.
+Candidates are the subscriptions with backlog room that match the message, in search order;
+each function returns the index of the winner in that list. The search order is subscription
+order, or for a returned message (Q6) subscription order from after the subscription that last
+held it, wrapping around; round-robin then takes the first of them.
 """
 
 from __future__ import annotations
@@ -38,3 +40,13 @@ def pick_round_robin(positions: Sequence[int], last_position: int) -> int:
         if position > last_position:
             return i
     return 0
+
+
+def search_order(positions: Sequence[int], returned_from: int | None) -> list[int]:
+    """Q6: indexes of the candidates in search order; for a returned message, from after the
+    position of the subscription that last held it, wrapping around (it comes last)."""
+    order = list(range(len(positions)))
+    if returned_from is None:
+        return order
+    start = next((i for i, p in enumerate(positions) if p > returned_from), 0)
+    return order[start:] + order[:start]

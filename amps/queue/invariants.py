@@ -67,6 +67,11 @@ def _check_subscriptions(state: QueueState) -> None:
     for slot in range(table.head, len(table)):
         if table.state[slot] == LEASED:
             assert holders.get(table.txid[slot]) == table.lease_sub[slot]
+    for txid, position in state.returned_from.items():
+        slot = table.slot_of(txid)
+        assert slot >= 0, "returned_from outlives its message"
+        assert table.flags[slot] & IN_RETURNED, "returned_from outlives its return"
+        assert 0 <= position < state.next_position
     leased_rows = sum(1 for s in table.state if s == LEASED)
     assert leased_rows + len(state.at_most_once_sent) == state.leased_total
 

@@ -58,6 +58,9 @@ class QueueState:
         self.by_key: dict[tuple[str, str], Subscription] = {}
         self.next_position = 0
         self.round_robin_last = -1
+        # txid -> position of the subscription that last held it, while it is returned: the
+        # search for its next holder starts after that one (Q6: "available to another").
+        self.returned_from: dict[int, int] = {}
         self.leased_total = 0  # sum of len(sub.leased)
         self.at_most_once_sent: dict[int, int] = {}  # txid -> sub index, until acked (Q7)
         self.lease_heap: list[tuple[int, int, int]] = []  # (lease start ms, txid, delivery)
@@ -171,7 +174,9 @@ class QueueState:
         level = self.level_of(slot)
         if flags & IN_RETURNED:
             table.flags[slot] = flags & ~IN_RETURNED
-            level.pop_returned(table.txid[slot])
+            txid = table.txid[slot]
+            level.pop_returned(txid)
+            self.returned_from.pop(txid, None)
         elif table.delivery_count[slot] == 0:
             level.fresh_live -= 1
             fresh = level.fresh
@@ -254,6 +259,9 @@ class QueueState:
             self.remove(slot, RemovalReason.EXPIRED, actions, reasons)
             return
         self.removals_since_check += 1  # a broken lease leaves garbage in the lease heap
+        holder = self.subs[table.lease_sub[slot]]
+        assert holder is not None
+        self.returned_from[table.txid[slot]] = holder.position
         self.release_lease(slot)
         table.state[slot] = AVAILABLE
         table.flags[slot] |= IN_RETURNED

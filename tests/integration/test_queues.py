@@ -34,6 +34,10 @@ WORK_QUEUE = """
     <MessageType>json</MessageType><MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>
   </Queue>
   <Queue>
+    <Name>short</Name><UnderlyingTopic>short-topic</UnderlyingTopic><MessageType>json</MessageType>
+    <LeasePeriod>1s</LeasePeriod>
+  </Queue>
+  <Queue>
     <Name>once</Name><UnderlyingTopic>once-topic</UnderlyingTopic><MessageType>json</MessageType>
     <Semantics>at-most-once</Semantics><MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>
   </Queue>
@@ -264,6 +268,23 @@ async def test_cancel_returns_the_message(queue_instance: InstanceProcess) -> No
         await first.ack(cancel=True)
         [second] = await take(subscription, 1)
         await second.ack()
+    assert second.bookmark == first.bookmark
+    assert second.delivery_count == 2
+
+
+async def test_expired_message_goes_to_an_idle_consumer(queue_instance: InstanceProcess) -> None:
+    """Q6, Q9 (issue 11): a consumer that stays connected but never acks does not get its
+    expired message back while a second, idle consumer with the same room waits."""
+    async with Client("lazy") as lazy, Client("idle") as idle, Client("short-pub") as pub:
+        for client in (lazy, idle, pub):
+            await client.connect(queue_instance.address)
+        lazy_subscription = await lazy.subscribe("short")
+        idle_subscription = await idle.subscribe("short")
+        await publish_ids(pub, "short-topic", range(1, 2))
+        [first] = await take(lazy_subscription, 1)  # both idle: the first found
+        [second] = await take(idle_subscription, 1, timeout_s=15)  # after the 1 s lease
+        await second.ack()
+        await idle.flush_acks()
     assert second.bookmark == first.bookmark
     assert second.delivery_count == 2
 

@@ -120,6 +120,55 @@ def test_fast_takes_the_first_with_room() -> None:
     assert subs == ["a", "a", "b", "b"]
 
 
+@pytest.mark.parametrize("fairness", ["proportional", "fast", "round-robin"])
+def test_expired_lease_goes_to_another_subscription_with_equal_room(fairness: str) -> None:
+    """Q6, Q9 (issue 11): a consumer that never acks does not get its expired message back
+    while an idle one with the same room waits; the returned message rotates between them."""
+    engine = engine_with(fairness=fairness, lease_period_ms=2_000)
+    engine.handle(subscribed("a", "ca"), 0)
+    engine.handle(subscribed("b", "cb"), 0)
+    assert delivered(engine.handle(published(1), 0)) == [("a", 1)]
+    assert delivered(engine.on_deadline(2_000)) == [("b", 1)]
+    assert delivered(engine.on_deadline(4_000)) == [("a", 1)]  # b failed it too: ties rotate
+    assert delivered(engine.on_deadline(6_000)) == [("b", 1)]
+    engine.check_invariants()
+
+
+@pytest.mark.parametrize("fairness", ["proportional", "fast", "round-robin"])
+def test_cancelled_message_searches_from_after_its_last_holder(fairness: str) -> None:
+    """Q9, Q11: a cancelled message goes to the next subscription after the one that held it,
+    wrapping around, among those with room."""
+    engine = engine_with(fairness=fairness, max_per_subscription_backlog=5)
+    for name in ("a", "b", "c"):
+        engine.handle(subscribed(name, f"c{name}"), 0)
+    assert delivered(publish_all(engine, range(1, 3))) == [("a", 1), ("b", 2)]
+    assert delivered(engine.handle(Acked("cb", bookmarks(2), AckOption.CANCEL), 1)) == [("c", 2)]
+    # From after c, wrapping around: a is full, so b (the holder before c) gets it back.
+    assert delivered(engine.handle(Acked("cc", bookmarks(2), AckOption.CANCEL), 2)) == [("b", 2)]
+    engine.check_invariants()
+
+
+def test_returned_message_still_prefers_strictly_more_room() -> None:
+    """Q9 proportional: the last holder comes last in the search but wins on a smaller ratio."""
+    engine = engine_with(lease_period_ms=100, max_per_subscription_backlog=4)
+    engine.handle(subscribed("a", "ca", 4), 0)
+    engine.handle(subscribed("b", "cb", 4), 0)
+    assert delivered(engine.handle(published(1), 0)) == [("a", 1)]
+    assert delivered(engine.handle(published(2), 50)) == [("b", 2)]
+    assert delivered(engine.on_deadline(100)) == [("a", 1)]  # a 0 of 4 against b 1 of 4
+    engine.check_invariants()
+
+
+def test_disconnected_holder_messages_search_from_after_it() -> None:
+    """Q6: messages of a gone subscription go to the one after it in subscription order."""
+    engine = engine_with(max_per_subscription_backlog=5)
+    for name in ("a", "b", "c"):
+        engine.handle(subscribed(name, f"c{name}", 5), 0)
+    publish_all(engine, range(1, 4))  # a 1, b 2, c 3 (proportional, first found on ties)
+    assert delivered(engine.handle(ClientDisconnected("cb"), 1)) == [("c", 2)]
+    engine.check_invariants()
+
+
 def test_strict_leasing_ignores_acks_for_messages_leased_to_others() -> None:
     """Q10: strict: a client acks only messages leased to it or unleased."""
     engine = engine_with(leasing="strict")

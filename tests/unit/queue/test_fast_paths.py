@@ -28,7 +28,7 @@ from amps.queue import (
 )
 from amps.queue.bookmarks import BookmarkIndex
 from amps.queue.delivery import _pick
-from amps.queue.fairness import pick_proportional, pick_round_robin
+from amps.queue.fairness import pick_proportional, pick_round_robin, search_order
 from amps.queue.state import QueueState
 from amps.queue.subscriptions import Subscription
 from amps.queue.table import REMOVED, MessageTable
@@ -92,10 +92,11 @@ def test_handle_many_of_nothing_is_a_step_without_events() -> None:
     assert delivered(engine.handle_many([], 10)) == [("a", 1)]  # the lease ran out: redelivered
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_pick_agrees_with_the_pure_fairness_functions(data: st.DataObject) -> None:
-    """Q9: the pump's pick is `fairness.py` applied to the candidates."""
+    """Q9: the pump's pick is `fairness.py` applied to the candidates in search order (Q6:
+    from after the last holder for a returned message)."""
     state = QueueState(QueuePolicy())
     candidates = []
     for position in range(data.draw(st.integers(1, 6))):
@@ -105,17 +106,21 @@ def test_pick_agrees_with_the_pure_fairness_functions(data: st.DataObject) -> No
             range(position * 100, position * 100 + data.draw(st.integers(0, backlog - 1)))
         )
         candidates.append(sub)
-    leased = [len(s.leased) for s in candidates]
-    backlogs = [s.backlog for s in candidates]
-    assert (
-        _pick(state, candidates, "proportional") is candidates[pick_proportional(leased, backlogs)]
-    )
-    assert _pick(state, candidates, "fast") is candidates[0]
+    returned_from = data.draw(st.none() | st.integers(0, 12))
+    order = search_order([s.position for s in candidates], returned_from)
+    searched = [candidates[i] for i in order]
+    leased = [len(s.leased) for s in searched]
+    backlogs = [s.backlog for s in searched]
+    expected = searched[pick_proportional(leased, backlogs)]
+    assert _pick(state, candidates, "proportional", returned_from) is expected
+    assert _pick(state, candidates, "fast", returned_from) is searched[0]
     last = data.draw(st.integers(-1, 12))
     state.round_robin_last = last
-    positions = [s.position for s in candidates]
-    expected = candidates[pick_round_robin(positions, last)]
-    assert _pick(state, candidates, "round-robin") is expected
+    if returned_from is None:
+        expected = candidates[pick_round_robin([s.position for s in candidates], last)]
+    else:
+        expected = searched[0]  # the next in turn after the last holder
+    assert _pick(state, candidates, "round-robin", returned_from) is expected
     assert state.round_robin_last == expected.position
 
 
