@@ -54,6 +54,9 @@ def record_json(record: Record) -> dict[str, Any]:
             out["txids"] = list(record.txids)
         if record.reason:
             out["reason"] = record.reason
+        if record.deliveries:
+            out["delivered_us"] = list(record.delivered_us)
+            out["deliveries"] = list(record.deliveries)
     else:
         out |= {
             "kind": "transfer",

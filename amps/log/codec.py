@@ -7,6 +7,11 @@ frame after a damaged one with `bytes.find` instead of trying every byte offset.
 Payload: `kind u8 | txid u64 | timestamp_us u64 | ...kind-specific fixed fields... | strings`,
 strings as UTF-8 with their u16 lengths in the fixed part; a publish ends with its data bytes.
 
+A queue record may end with an extension (queue record format 2): `version u8 (= 2)` then, per
+txid, the last delivery time (u64 UTC microseconds) and the delivery count (u16). A format 1
+record ends after its txids; both decode, and a record without delivery facts is written as
+format 1, byte for byte as before.
+
 Decoding never raises anything but `CorruptRecord`; an incomplete frame at the end of the buffer
 is "need more bytes" (the consumed offset stops before it), never an error.
 """
@@ -31,6 +36,7 @@ from amps.log.records import (
 __all__ = [
     "HEADER_SIZE_BYTES",
     "MAX_PAYLOAD_BYTES",
+    "QUEUE_RECORD_VERSION",
     "decode",
     "decode_payload",
     "decode_publishes",
@@ -59,6 +65,7 @@ _QUEUE = struct.Struct("<BQQQBHHHHII")
 _TRANSFER = struct.Struct("<BQQQQQBHHHHH")
 _PREFIX = struct.Struct("<BQQ")  # kind, txid, timestamp_us: shared by every kind
 _PAIR = struct.Struct("<QQ")
+QUEUE_RECORD_VERSION = 2  # the version byte of a queue record's delivery extension
 _U64 = struct.Struct("<Q")
 _crc_value = google_crc32c.value
 _crc_extend = google_crc32c.extend
@@ -88,8 +95,15 @@ def encode_payload(record: Record) -> bytes:
             len(record.bookmarks), len(record.txids),
         )  # fmt: skip
         pairs = b"".join(_PAIR.pack(b.publisher_id, b.seq) for b in record.bookmarks)
-        txids = struct.pack(f"<{len(record.txids)}Q", *record.txids)
-        return b"".join((fixed, queue, oi, og, reason, pairs, txids))
+        nt = len(record.txids)
+        txids = struct.pack(f"<{nt}Q", *record.txids)
+        if not record.delivered_us and not record.deliveries:
+            return b"".join((fixed, queue, oi, og, reason, pairs, txids))
+        if len(record.delivered_us) != nt or len(record.deliveries) != nt:
+            raise ValueError("a queue record's delivery facts must be one per txid")
+        delivered = struct.pack(f"<B{nt}Q{nt}H", QUEUE_RECORD_VERSION, *record.delivered_us,
+                                *record.deliveries)  # fmt: skip
+        return b"".join((fixed, queue, oi, og, reason, pairs, txids, delivered))
     queue = record.queue.encode()
     src = record.from_instance.encode()
     dst = record.to_instance.encode()
@@ -245,11 +259,20 @@ def _decode_publish(buf: bytes, start: int, stop: int) -> PublishRecord:
 def _decode_queue(buf: bytes, start: int, stop: int) -> QueueRecord:
     _, txid, ts, otx, action, lq, loi, log, lr, nb, nt = _QUEUE.unpack_from(buf, start)
     (queue, oi, og, reason), pos = _strings(buf, start + _QUEUE.size, (lq, loi, log, lr))
-    if pos + 16 * nb + 8 * nt != stop:
-        raise CorruptRecord("queue record length does not match its counts")
+    end = pos + 16 * nb + 8 * nt
+    delivered_us: tuple[int, ...] = ()
+    deliveries: tuple[int, ...] = ()
+    if end != stop:  # format 2: the delivery extension follows
+        if stop - end != 1 + 10 * nt or buf[end] != QUEUE_RECORD_VERSION:
+            raise CorruptRecord("queue record length does not match its counts")
+        facts = struct.unpack_from(f"<{nt}Q{nt}H", buf, end + 1)
+        delivered_us, deliveries = facts[:nt], facts[nt:]
     bookmarks = tuple(Bookmark(p, s) for p, s in _PAIR.iter_unpack(buf[pos : pos + 16 * nb]))
     txids = struct.unpack_from(f"<{nt}Q", buf, pos + 16 * nb)
-    return QueueRecord(txid, ts, queue, QueueAction(action), bookmarks, txids, reason, oi, og, otx)
+    return QueueRecord(
+        txid, ts, queue, QueueAction(action), bookmarks, txids, reason, oi, og, otx,
+        delivered_us, deliveries,
+    )  # fmt: skip
 
 
 def _decode_transfer(buf: bytes, start: int, stop: int) -> TransferRecord:

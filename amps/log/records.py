@@ -68,7 +68,12 @@ class PublishRecord:
 
 @dataclass(frozen=True, slots=True)
 class QueueRecord:
-    """Something that happened to messages of one queue, named by bookmark and/or txid."""
+    """Something that happened to messages of one queue, named by bookmark and/or txid.
+
+    A removal names, per txid, when the message was last delivered (UTC microseconds, 0 when
+    never or unknown) and how many times: `delivered_us` and `deliveries` are empty or as long
+    as `txids` (queue record format 2; format 1 records have neither).
+    """
 
     txid: int
     timestamp_us: int
@@ -80,6 +85,8 @@ class QueueRecord:
     origin_instance: str = ""
     origin_group: str = ""
     origin_txid: int = 0
+    delivered_us: tuple[int, ...] = ()
+    deliveries: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,7 @@ def _ack_plain(
     row_state = table.state
     flags = table.flags
     lease_sub = table.lease_sub
+    delivery_count = table.delivery_count
     base = table.base
     count = len(rows)
     subs = state.subs
@@ -87,7 +88,7 @@ def _ack_plain(
             sub.leased.remove(txid)
             row_state[slot] = REMOVED  # table.mark_removed(), the head moves once below
             lease_sub[slot] = -1
-            append(RecordRemoval(txid, acked))
+            append(RecordRemoval(txid, acked, NO_REASON, delivery_count[slot]))
             removed += 1
         elif kind != REMOVED:
             state.remove(slot, acked, actions)

@@ -86,11 +86,15 @@ class DeliverBarrier(Action):
 
 @dataclass(frozen=True, slots=True)
 class RecordRemoval(Action):
-    """Append a log record saying `txid` left the queue; must be durable before later delivery."""
+    """Append a log record saying `txid` left the queue; must be durable before later delivery.
+
+    `delivery_count` is how many times it was delivered before (0 for an at-most-once send).
+    """
 
     txid: int
     reason: RemovalReason
     expire_reasons: ExpireReason = NO_REASON
+    delivery_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,7 +227,7 @@ class QueueState:
         else:
             self._count_removal(reason, expire_reasons)
         if record:
-            actions.append(RecordRemoval(txid, reason, expire_reasons))
+            actions.append(RecordRemoval(txid, reason, expire_reasons, table.delivery_count[slot]))
             if reason is RemovalReason.EXPIRED:
                 actions.append(PublishDeadLetter(txid, expire_reasons))
 

@@ -67,6 +67,7 @@ REMOVAL_RECORD: dict[RemovalReason, QueueAction] = {
 }
 RECORD_REMOVAL = {action: reason for reason, action in REMOVAL_RECORD.items()}
 RECORD_REMOVAL[QueueAction.EXPIRE] = RemovalReason.EXPIRED
+_REMOVED_WHEN_SENT = (QueueAction.DELIVERED_AT_MOST_ONCE, QueueAction.BARRIER_RELEASED)
 
 
 def policy_for(config: QueueConfig) -> QueuePolicy:
@@ -197,6 +198,9 @@ class QueueDriver:
         )
         # (client_id, sub_id) -> engine sub id; engine sub id -> (session, sub_id)
         self.subscribers: dict[str, tuple[Session, str]] = {}
+        # txid -> UTC microseconds of its last delivery, until its removal record names it
+        # (the engine's clock is monotonic; the log's times are UTC).
+        self.delivered_us: dict[int, int] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ms: int | None = None
         self.dead_letters: list[Callable[[PublishRecord, ExpireReason], None]] = []
@@ -362,7 +366,8 @@ class QueueDriver:
     def _execute(self, actions: list[Action], now_ms: int, recovering: bool) -> int:
         # Removal records of one step are grouped into one QueueRecord per (action, reason),
         # written before any later dead-letter publish and before the step's held deliveries.
-        removals: dict[tuple[QueueAction, str], list[int]] = {}
+        # Per record: its txids and, in parallel, their last delivery times and counts.
+        removals: dict[tuple[QueueAction, str], tuple[list[int], list[int], list[int]]] = {}
         # The last removal's reasons and record key (enum hashing is slow; steps repeat one).
         last_reason: RemovalReason | None = None
         last_expire: ExpireReason | None = None
@@ -371,7 +376,11 @@ class QueueDriver:
         removed = 0
         now_deliver: list[Deliver | DeliverBarrier] = []
         held: list[Deliver | DeliverBarrier] = []
-        txids: list[int] = []  # the txids of `key` (one list per key in `removals`)
+        # the txids of `key` (one list per key in `removals`), their delivery times and counts
+        txids: list[int] = []
+        delivered: list[int] = []
+        counts: list[int] = []
+        delivered_us = self.delivered_us
         for action in actions:
             # isinstance of the exact class is the cheapest test, and narrows the type.
             if isinstance(action, RecordRemoval):
@@ -388,9 +397,12 @@ class QueueDriver:
                         key = _record_key(reason, expire_reasons)
                         found = removals.get(key)
                         if found is None:
-                            found = removals[key] = []
-                        txids = found
-                    txids.append(action.txid)
+                            found = removals[key] = ([], [], [])
+                        txids, delivered, counts = found
+                    txid = action.txid
+                    txids.append(txid)
+                    delivered.append(delivered_us.pop(txid, 0))
+                    counts.append(action.delivery_count)
                     # Only a message that left at-most-once must be on disk before anything
                     # after it is sent (else a crash could send it twice). A lost ack record
                     # only lets its message return, which at-least-once allows: waiting for
@@ -418,10 +430,16 @@ class QueueDriver:
     def _deliver_held(self, held: list[Deliver | DeliverBarrier]) -> None:
         self._deliver_many(held, self.instance.now_ms())
 
-    def _append_removals(self, removals: dict[tuple[QueueAction, str], list[int]]) -> None:
-        """One QueueRecord per (action, reason) naming every txid (recovery reads them all)."""
+    def _append_removals(
+        self, removals: dict[tuple[QueueAction, str], tuple[list[int], list[int], list[int]]]
+    ) -> None:
+        """One QueueRecord per (action, reason) naming every txid (recovery reads them all),
+        with each one's last delivery time and delivery count (the queue report reads them)."""
         timestamp_us = self.instance.wall_us()
-        for (queue_action, reason), txids in removals.items():
+        for (queue_action, reason), (txids, delivered, counts) in removals.items():
+            if queue_action in _REMOVED_WHEN_SENT:  # this removal is its (one) delivery
+                delivered = [timestamp_us] * len(txids)
+                counts = [1] * len(txids)
             self.instance.append_record(
                 QueueRecord(
                     txid=0,
@@ -430,6 +448,8 @@ class QueueDriver:
                     action=queue_action,
                     txids=tuple(txids),
                     reason=reason,
+                    delivered_us=tuple(delivered),
+                    deliveries=tuple(counts),
                 ),
                 # A lost removal record only lets its message come back (at-least-once); an
                 # at-most-once removal is waited for through when_durable before any delivery.
@@ -451,6 +471,8 @@ class QueueDriver:
         target: _Target | None = None
         last_deadline_ms: int | None = None
         lease_us = 0
+        # An at-most-once message is removed before it is sent: no removal will collect it.
+        delivered_us = None if self.engine.policy.at_most_once else self.delivered_us
         for action in actions:
             txid = action.txid
             record = cached(txid) or cache.get(txid)
@@ -469,6 +491,10 @@ class QueueDriver:
                 if target is None:
                     # The engine learns of the disconnect next; the lease returns.
                     continue
+                if delivered_us is not None:
+                    if not wall_us:
+                        wall_us = self.instance.wall_us()
+                    delivered_us[txid] = wall_us
                 deadline_ms = action.lease_deadline_ms
                 if deadline_ms != last_deadline_ms:
                     last_deadline_ms = deadline_ms

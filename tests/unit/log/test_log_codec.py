@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,15 +27,30 @@ bookmarks = st.builds(Bookmark, u64, u64)
 publishes = st.builds(
     PublishRecord, u64, u64, text, st.binary(max_size=300), u64, u64, text, text, u64, text, u32
 )
-queue_records = st.builds(
-    QueueRecord, u64, u64, text, st.sampled_from(QueueAction),
-    st.lists(bookmarks, max_size=5).map(tuple), st.lists(u64, max_size=5).map(tuple),
-    text, text, text, u64,
-)  # fmt: skip
+
+
+@st.composite
+def queue_records(draw: st.DrawFn) -> QueueRecord:
+    """Format 1 (no delivery facts) and format 2 (a last delivery time and count per txid)."""
+    txids = tuple(draw(st.lists(u64, max_size=5)))
+    delivered_us: tuple[int, ...] = ()
+    deliveries: tuple[int, ...] = ()
+    if txids and draw(st.booleans()):
+        delivered_us = tuple(draw(st.lists(u64, min_size=len(txids), max_size=len(txids))))
+        deliveries = tuple(
+            draw(st.lists(st.integers(0, 65_535), min_size=len(txids), max_size=len(txids)))
+        )
+    return QueueRecord(
+        draw(u64), draw(u64), draw(text), draw(st.sampled_from(QueueAction)),
+        tuple(draw(st.lists(bookmarks, max_size=5))), txids, draw(text), draw(text), draw(text),
+        draw(u64), delivered_us, deliveries,
+    )  # fmt: skip
+
+
 transfers = st.builds(
     TransferRecord, u64, u64, text, bookmarks, text, text, st.booleans(), text, text, u64
 )
-records = st.one_of(publishes, queue_records, transfers)
+records = st.one_of(publishes, queue_records(), transfers)
 FUZZ = settings(max_examples=150, deadline=None)
 
 
@@ -153,3 +170,42 @@ def test_limit_stops_early() -> None:
     decoded, consumed = codec.decode(buf, limit=2)
     assert [r.txid for r in decoded] == [1, 2]
     assert codec.decode(buf, consumed)[0][0].txid == 3
+
+
+# A queue record as the format 1 codec wrote it (before delivery facts): still read (L8).
+_FORMAT_1_ACK = bytes.fromhex(
+    "7e1ab5a31f1aaf475300000002070000000000000000401e18240a0600090000000000000001060001000100"
+    "010001000000020000006f72646572736167720300000000000000040000000000000005000000000000000600"
+    "000000000000"
+)
+
+
+def test_a_format_1_queue_record_still_decodes_and_is_written_the_same() -> None:
+    record = QueueRecord(
+        7, 1_700_000_000_000_000, "orders", QueueAction.ACK, (Bookmark(3, 4),), (5, 6), "r",
+        "a", "g", 9,
+    )  # fmt: skip
+    assert codec.decode(_FORMAT_1_ACK) == ([record], len(_FORMAT_1_ACK))
+    assert codec.encode(record) == _FORMAT_1_ACK
+
+
+def test_a_removal_carries_each_message_s_last_delivery_and_count() -> None:
+    record = QueueRecord(
+        7, 9, "q", QueueAction.ACK, txids=(5, 6), delivered_us=(3, 4), deliveries=(1, 2)
+    )
+    frame = codec.encode(record)
+    assert len(frame) == len(codec.encode(replace(record, delivered_us=(), deliveries=()))) + 21
+    assert codec.decode(frame)[0] == [record]
+
+
+def test_delivery_facts_must_match_the_txids() -> None:
+    with pytest.raises(ValueError, match="one per txid"):
+        codec.encode(QueueRecord(1, 1, "q", QueueAction.ACK, txids=(5, 6), deliveries=(1,)))
+
+
+def test_a_wrong_queue_record_version_is_corrupt() -> None:
+    record = QueueRecord(1, 1, "q", QueueAction.ACK, txids=(5,), delivered_us=(3,), deliveries=(1,))
+    payload = bytearray(codec.encode_payload(record))
+    payload[-11] = 3  # the version byte before one (u64, u16) pair
+    with pytest.raises(CorruptRecord, match="does not match"):
+        codec.decode_payload(bytes(payload))

@@ -176,7 +176,10 @@ def test_strict_leasing_ignores_acks_for_messages_leased_to_others() -> None:
     publish_all(engine, range(1, 3))
     assert engine.handle(Acked("c2", bookmarks(1)), 0) == []
     assert engine.handle(Acked("c2", bookmarks(2)), 0) == [RecordRemoval(2, RemovalReason.ACKED)]
-    assert engine.handle(Acked("c1", bookmarks(1)), 0)[0] == RecordRemoval(1, RemovalReason.ACKED)
+    # The removal says how many times its message was delivered: 2 never was, 1 once.
+    acked = RemovalReason.ACKED
+    removal = engine.handle(Acked("c1", bookmarks(1)), 0)[0]
+    assert removal == RecordRemoval(1, acked, delivery_count=1)
 
 
 def test_sublet_leasing_lets_anyone_ack() -> None:
@@ -184,7 +187,9 @@ def test_sublet_leasing_lets_anyone_ack() -> None:
     engine = engine_with()
     engine.handle(subscribed("s1", "c1"), 0)
     publish_all(engine, range(1, 2))
-    assert engine.handle(Acked("c2", bookmarks(1)), 0) == [RecordRemoval(1, RemovalReason.ACKED)]
+    assert engine.handle(Acked("c2", bookmarks(1)), 0) == [
+        RecordRemoval(1, RemovalReason.ACKED, delivery_count=1)
+    ]
 
 
 def test_filter_ack_removes_matching_messages_leased_or_not() -> None:
@@ -208,7 +213,7 @@ def test_cancel_expires_when_count_exceeds_max_cancels() -> None:
     assert delivered(engine.handle(cancel, 0)) == [("s1", 1)]
     actions = engine.handle(cancel, 0)
     assert actions == [
-        RecordRemoval(1, RemovalReason.EXPIRED, ExpireReason.MAX_CANCELS),
+        RecordRemoval(1, RemovalReason.EXPIRED, ExpireReason.MAX_CANCELS, delivery_count=3),
         PublishDeadLetter(1, ExpireReason.MAX_CANCELS),
     ]
     assert engine.statistics(0).cancelled_total == 3
@@ -242,7 +247,8 @@ def test_leased_message_past_expiration_is_removed_when_its_lease_ends() -> None
     engine.handle(published(1, 0), 0)
     assert engine.on_deadline(1_000) == []  # leased: not expired yet
     actions = engine.on_deadline(2_000)
-    assert actions[0] == RecordRemoval(1, RemovalReason.EXPIRED, ExpireReason.TIME_LIMIT)
+    expired = RemovalReason.EXPIRED
+    assert actions[0] == RecordRemoval(1, expired, ExpireReason.TIME_LIMIT, delivery_count=1)
 
 
 def test_message_expiration_overrides_queue_expiration() -> None:

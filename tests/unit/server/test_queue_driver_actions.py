@@ -15,9 +15,12 @@ from amps.queue import (
     DeliverBarrier,
     ExpireReason,
     PublishDeadLetter,
+    QueueEngine,
+    QueuePolicy,
     RecordRemoval,
     RemovalReason,
 )
+from amps.queue.policy import Semantics
 from amps.server.queues import QueueDriver
 from amps.server.wire import delivery_entry
 
@@ -56,6 +59,7 @@ class _Instance:
         self.statistics = _Statistics()
         self.log: list[object] = []
         self.soon: list[bool] = []  # each appended record's commit urgency
+        self.appended: list[QueueRecord] = []
         self.durable_callbacks: list[Callable[[], None]] = []
 
     def wall_us(self) -> int:
@@ -66,6 +70,7 @@ class _Instance:
 
     def append_record(self, record: QueueRecord, *, soon: bool = False) -> None:
         self.log.append((record.action, record.reason, record.txids))
+        self.appended.append(record)
         self.soon.append(soon)
 
     def when_durable(self, callback: Callable[[], None]) -> None:
@@ -73,7 +78,9 @@ class _Instance:
         self.durable_callbacks.append(callback)
 
 
-def _driver(records: dict[int, PublishRecord]) -> tuple[QueueDriver, _Instance, _Session]:
+def _driver(
+    records: dict[int, PublishRecord], semantics: Semantics = "at-least-once"
+) -> tuple[QueueDriver, _Instance, _Session]:
     instance = _Instance(records)
     driver: Any = QueueDriver.__new__(QueueDriver)
     driver.name = "work"
@@ -83,6 +90,8 @@ def _driver(records: dict[int, PublishRecord]) -> tuple[QueueDriver, _Instance, 
     session = _Session()
     driver.subscribers = {"c1/s1": (session, "s1")}
     driver.dead_letters = [lambda record, reasons: instance.log.append(("dead", record.txid))]
+    driver.engine = QueueEngine(QueuePolicy(semantics=semantics))
+    driver.delivered_us = {}
     return driver, instance, session
 
 
@@ -136,7 +145,7 @@ def test_removals_are_grouped_and_written_before_dead_letters_and_deliveries() -
 
 
 def test_deliveries_after_an_at_most_once_removal_wait_for_durability() -> None:
-    driver, instance, session = _driver({t: _record(t) for t in range(1, 5)})
+    driver, instance, session = _driver({t: _record(t) for t in range(1, 5)}, "at-most-once")
     actions: list[Action] = [
         Deliver("c1/s1", "c1", 1, None, 1),
         RecordRemoval(2, RemovalReason.SENT_AT_MOST_ONCE),
@@ -155,6 +164,29 @@ def test_deliveries_after_an_at_most_once_removal_wait_for_durability() -> None:
         _expected_entry(2, None, 1),
         _expected_entry(3, None, 1),
     ]
+    # The send is the removal: its record names that time and one delivery; nothing is kept.
+    sent = instance.appended[0]
+    assert (sent.delivered_us, sent.deliveries) == ((WALL_US,), (1,))
+    assert driver.delivered_us == {}
+
+
+def test_a_removal_record_names_each_message_s_last_delivery_time_and_count() -> None:
+    """The queue report splits waiting from processing time with these (issue 10)."""
+    driver, instance, _session = _driver({t: _record(t) for t in range(1, 4)})
+    delivered = [Deliver("c1/s1", "c1", 1, None, 1), Deliver("c1/s1", "c1", 2, None, 3)]
+    driver._execute(delivered, NOW_MS, False)
+    assert driver.delivered_us == {1: WALL_US, 2: WALL_US}
+    removals: list[Action] = [
+        RecordRemoval(2, RemovalReason.ACKED, delivery_count=3),
+        RecordRemoval(3, RemovalReason.ACKED),  # acked before it was ever delivered
+        RecordRemoval(1, RemovalReason.ACKED, delivery_count=1),
+    ]
+    driver._execute(removals, NOW_MS, False)
+    [record] = instance.appended
+    assert record.txids == (2, 3, 1)
+    assert record.delivered_us == (WALL_US, 0, WALL_US)
+    assert record.deliveries == (3, 0, 1)
+    assert driver.delivered_us == {}
 
 
 def test_recovery_writes_no_removal_records() -> None:
