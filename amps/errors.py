@@ -53,11 +53,21 @@ class ConfigError(AmpsError):
     reason = "invalid configuration"
 
     def __init__(self, path: str, value: str | None, expected: str) -> None:
-        shown = "(missing)" if value is None else repr(value)
+        shown = "(missing)" if value is None else _shown_value(value)
         super().__init__(f"{path}: {shown}: expected {expected}")
         self.path = path
         self.value = value
         self.expected = expected
+
+
+# A value quoted in a message is cut here: a 50 MB element must not make a 50 MB message.
+SHOWN_VALUE_CHARACTERS = 80
+
+
+def _shown_value(value: str) -> str:
+    if len(value) <= SHOWN_VALUE_CHARACTERS:
+        return repr(value)
+    return f"{value[:SHOWN_VALUE_CHARACTERS]!r}... ({len(value)} characters)"
 
 
 class ClientError(AmpsError):

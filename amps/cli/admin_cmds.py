@@ -8,6 +8,7 @@ error (click); 3 the admin address could not be reached within `--timeout`.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import sys
 import urllib.error
@@ -69,6 +70,14 @@ def fetch(server: str, path: str, timeout_s: float) -> bytes:
             detail = str(json.loads(detail).get("error", detail))
         message = f"{url}: HTTP {error.code} {error.reason}" + (f": {detail}" if detail else "")
         raise AdminError(EXIT_HTTP_ERROR, message) from error
+    except http.client.HTTPException as error:
+        # An HTTP/2-only listener (the gRPC transport) answers HTTP/1.1 with bytes that are not
+        # a status line: by far the likeliest cause is the client port given for the admin one.
+        raise AdminError(
+            EXIT_UNREACHABLE,
+            f"{url} did not answer as an admin interface ({type(error).__name__}): is this the "
+            "gRPC transport's port? --server takes the admin address (Admin/InetAddr)",
+        ) from error
     except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
         reason = getattr(error, "reason", error)
         raise AdminError(

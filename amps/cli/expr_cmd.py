@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+import orjson
 
 from amps.errors import FilterSyntaxError
 from amps.expr import (
@@ -80,7 +81,13 @@ def check(expression: str, kind: str) -> None:
 @click.option("--now-us", type=int, default=0, help="Clock for UNIX_TIMESTAMP() (microseconds).")
 def evaluate(expression: str, data: str, topic: str, bookmark: str, kind: str, now_us: int) -> None:
     """Evaluate EXPRESSION over one message and print its value (and the match for filters)."""
-    msg = Message(data.encode("utf-8", "surrogatepass"), topic, bookmark)
+    body = data.encode("utf-8", "surrogatepass")
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        # A filter over a body that is not JSON is simply false; here that would hide a typo.
+        raise click.BadParameter(f"not JSON ({error})", param_hint="--data") from None
+    msg = Message(body, topic, bookmark)
     ctx = EvalContext(now_us=now_us)
     try:
         if ExprKind(kind) is ExprKind.PRIORITY:

@@ -37,7 +37,8 @@ def server(
     # No cyclic garbage collection until the instance is ready (Server.start turns it back on):
     # the imports and the recovery make few cycles, and its passes would delay the first delivery.
     gc.disable()
-    from amps.config import DEFAULT_CONFIG_XML, load_config
+    from amps.config import DEFAULT_CONFIG_XML, decode_config, load_config
+    from amps.config.load import MAX_CONFIG_BYTES
     from amps.errors import ConfigError
     from amps.server.fatal import FatalReason, fatal
 
@@ -49,17 +50,19 @@ def server(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if config_path is None:
-        text, base = DEFAULT_CONFIG_XML, Path.cwd()
-    else:
-        try:
-            text = config_path.read_text(encoding="utf-8")
-        except OSError as exc:
-            fatal(FatalReason.CONFIG_INVALID, f"cannot read {config_path}: {exc.strerror}")
-        # Relative paths in a config file are relative to the directory the instance starts in,
-        # as with AMPS.
-        base = Path.cwd()
+    # Relative paths in a config file are relative to the directory the instance starts in, as
+    # with AMPS.
+    base = Path.cwd()
     try:
+        if config_path is None:
+            text = DEFAULT_CONFIG_XML
+        else:
+            try:
+                with config_path.open("rb") as file:
+                    data = file.read(MAX_CONFIG_BYTES + 1)  # one more byte shows it is too long
+            except OSError as exc:
+                fatal(FatalReason.CONFIG_INVALID, f"cannot read {config_path}: {exc.strerror}")
+            text = decode_config(data)
         config = load_config(text, dict(os.environ), check_expression=_check_expression)
     except ConfigError as exc:
         fatal(FatalReason.CONFIG_INVALID, f"{config_path or 'default configuration'}: {exc}")

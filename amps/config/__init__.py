@@ -5,7 +5,7 @@ Every mistake is a ConfigError naming the element path, the bad value and what w
 """
 
 from amps.config.default import DEFAULT_CONFIG_XML
-from amps.config.load import ConfigErrors, default_config, load_config
+from amps.config.load import ConfigErrors, decode_config, default_config, load_config
 from amps.config.model import (
     ActionConfig,
     ActionStep,
@@ -40,6 +40,7 @@ __all__ = [
     "TopicConfig",
     "TransactionLogConfig",
     "TransportConfig",
+    "decode_config",
     "default_config",
     "load_config",
 ]

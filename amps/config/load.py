@@ -46,6 +46,8 @@ RESERVED_SECTIONS = (
     "Tuning",
 )
 TYPED_SECTIONS = ("Admin", "Transports", "TransactionLog", "SOW", "Actions", "Replication")
+# Real configurations are a few kilobytes; a file past this is the wrong file.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
 class ConfigErrors(ConfigError):
@@ -79,6 +81,19 @@ def load_config(
     if reader.errors or config is None:
         raise ConfigErrors(reader.errors or [ConfigError(ROOT, None, "a valid configuration")])
     return config
+
+
+def decode_config(data: bytes) -> str:
+    """A configuration file's bytes as text: UTF-8 (a byte-order mark allowed), at most 4MB."""
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigErrors([ConfigError(DOCUMENT, f"{len(data)} bytes", "a file of at most 4MB")])
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        where = f"byte 0x{data[error.start]:02x} at offset {error.start}"
+        raise ConfigErrors(
+            [ConfigError(DOCUMENT, where, "UTF-8 text (an XML configuration file)")]
+        ) from None
 
 
 def default_config() -> Config:

@@ -20,6 +20,7 @@ from amps.config.model import (
 from amps.config.reader import Children, Reader
 from amps.config.topics import compile_topic_regex, is_regex
 from amps.config.units import choice, count, duration, size
+from amps.names import MAX_TOPIC_LENGTH, name_problem
 
 # Journal size: AMPS's minimum is 10MB; we allow 64KB so tests can roll segments cheaply.
 MIN_JOURNAL_SIZE_BYTES = 64 * KIB
@@ -50,8 +51,15 @@ def parse_inet_addr(text: str) -> InetAddr:
     return InetAddr(host, int(port_text))
 
 
+def _bounded_topic(text: str) -> str:
+    if len(text) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"a topic of at most {MAX_TOPIC_LENGTH} characters ({len(text)} given)")
+    return text
+
+
 def parse_topic_name(text: str) -> str:
     """A literal topic or a regex that RE2 compiles."""
+    _bounded_topic(text)
     if is_regex(text):
         compile_topic_regex(text)
     return text
@@ -59,6 +67,7 @@ def parse_topic_name(text: str) -> str:
 
 def parse_literal_topic(text: str) -> str:
     """A literal topic name (no regex metacharacters, no whitespace)."""
+    _bounded_topic(text)
     if is_regex(text) or any(c.isspace() for c in text):
         raise ValueError("a literal topic name (no regex characters or spaces)")
     return text
@@ -66,15 +75,17 @@ def parse_literal_topic(text: str) -> str:
 
 def parse_publish_topic(text: str) -> str:
     """A topic published to: always literal, whatever its characters; no whitespace."""
+    _bounded_topic(text)
     if any(c.isspace() for c in text):
         raise ValueError("a topic name without spaces")
     return text
 
 
 def parse_name(text: str) -> str:
-    """An identifier such as an instance, group or transport name: no whitespace."""
-    if any(c.isspace() for c in text):
-        raise ValueError("a name without spaces")
+    """An identifier such as an instance, group or transport name (bounds in amps.names)."""
+    problem = name_problem(text)
+    if problem is not None:
+        raise ValueError(problem)
     return text
 
 

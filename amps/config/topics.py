@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Protocol
 
-import re2
+from amps.expr.regex import compile_re2
 
 REGEX_CHARACTERS = frozenset(".^$*+?()[]{}|\\")
 # Patterns that match every topic; the only regexes treated as covering any other regex.
@@ -35,15 +35,10 @@ def is_regex(name: str) -> bool:
 @functools.lru_cache(maxsize=1024)
 def compile_topic_regex(pattern: str) -> _Compiled:
     """Compile with RE2 or raise ValueError naming the problem."""
-    options = re2.Options()
-    options.log_errors = False  # the problem is reported as a ConfigError, not on stderr
     try:
-        compiled: _Compiled = re2.compile(pattern, options=options)
-    except (re2.error, ValueError, TypeError, OverflowError) as error:
-        detail = error.args[0] if error.args else error
-        if isinstance(detail, bytes):
-            detail = detail.decode("utf-8", "replace")
-        raise ValueError(f"a valid regular expression ({detail})") from None
+        compiled: _Compiled = compile_re2(pattern)
+    except ValueError as error:
+        raise ValueError(f"a valid regular expression ({error})") from None
     return compiled
 
 

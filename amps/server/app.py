@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
 import gc
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -117,9 +119,35 @@ class Server:
         except (OSError, errors.JournalError) as exc:
             fatal(FatalReason.JOURNAL_IO, f"journal {directory}: {exc}")
 
+    def _check_ports_free(self) -> None:
+        """Refuse a port another process listens on before anything is written to disk.
+
+        A second instance started by mistake must not leave a journal directory behind. The
+        listeners themselves bind later; this only catches the common mistake early.
+        """
+        grpc_transport = self.config.grpc_transport
+        addresses = [(grpc_transport.inet_addr, "")] if grpc_transport is not None else []
+        if self.config.admin is not None and self.config.admin.inet_addr is not None:
+            addresses.append((self.config.admin.inet_addr, "admin http "))
+        for inet_addr, what in addresses:
+            if inet_addr.port == 0:
+                continue
+            family = socket.AF_INET6 if ":" in inet_addr.host else socket.AF_INET
+            try:
+                socket.create_server((inet_addr.host, inet_addr.port), family=family).close()
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    address = f"{inet_addr.host}:{inet_addr.port}"
+                    fatal(
+                        FatalReason.ADDRESS_IN_USE,
+                        f"{what}cannot listen on {address}: address in use (another instance?)",
+                    )
+                # Anything else is reported by the listener itself when it binds.
+
     async def start(self) -> None:
         if self.config.transaction_log is None:
             fatal(FatalReason.CONFIG_INVALID, "AMPSConfig/TransactionLog is required")
+        self._check_ports_free()
         journal = self._open_journal()
         journal.on_fsync = self._observe_fsync
         self.instance = Instance(self.config, journal, self._on_fatal)

@@ -21,6 +21,7 @@ from amps.expr import Message
 from amps.log.bookmarks import publisher_id_for, server_publisher_id_for
 from amps.log.journal import Journal
 from amps.log.records import PublishRecord, Record
+from amps.names import name_problem
 from amps.server.convert import success_ack
 from amps.server.queue_manager import QueueManager
 from amps.server.record_cache import RecordCache
@@ -119,6 +120,8 @@ class Instance:
         """L6: one connection per client name; same user replaces, another user is refused."""
         if not client_name:
             raise errors.InvalidOptions("no client name")
+        if (problem := name_problem(client_name, spaces=True)) is not None:
+            raise errors.InvalidOptions(f"client name: expected {problem}")
         current = self.sessions_by_name.get(client_name)
         if current is not None and current is not session:
             if current.user_id != user_id:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
-import re2
-
 from amps.errors import InvalidTopic
+from amps.expr.regex import compile_re2
+from amps.names import MAX_TOPIC_LENGTH
 
 # AMPS treats a topic containing any of these as a regular expression.
 REGEX_CHARACTERS = frozenset("^$*+?()[]{}|\\")
-MAX_TOPIC_LENGTH = 1024
 # Publishes name the same few topics over and over: each distinct valid name is checked once.
 VALID_TOPIC_CACHE_ENTRIES = 4096
 _valid_topics: dict[str, None] = {}
@@ -42,8 +41,8 @@ class RegexTopic:
     def __init__(self, text: str) -> None:
         self.text = text
         try:
-            self._pattern = re2.compile(text)
-        except re2.error as exc:
+            self._pattern = compile_re2(text)
+        except ValueError as exc:
             raise InvalidTopic(f"bad regex topic {text!r}: {exc}") from None
 
     def matches(self, topic: str) -> bool:

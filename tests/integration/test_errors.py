@@ -10,6 +10,7 @@ import pytest
 
 from amps import errors
 from amps.client import Client
+from amps.names import MAX_NAME_LENGTH
 from amps.v1 import client_pb2 as pb
 from amps.v1 import client_pb2_grpc
 from tests.harness.instance import InstanceProcess, config_xml
@@ -118,5 +119,19 @@ async def test_name_in_use_same_user_replaces_other_user_refused(
         await second.flush(timeout_s=TIMEOUT_S)
     finally:
         for client in (first, second, intruder):
+            with contextlib.suppress(errors.AmpsError):
+                await client.close()
+
+
+async def test_client_names_are_bounded(instance: InstanceProcess) -> None:
+    # Issue 11: names were unbounded; a client name lands in logs, metrics and replication.
+    longest = Client("c" * MAX_NAME_LENGTH, reconnect=False)
+    too_long = Client("c" * (MAX_NAME_LENGTH + 1), reconnect=False)
+    try:
+        await longest.connect(instance.address)
+        with pytest.raises(errors.InvalidOptions, match="at most 256 characters"):
+            await too_long.connect(instance.address)
+    finally:
+        for client in (longest, too_long):
             with contextlib.suppress(errors.AmpsError):
                 await client.close()

@@ -47,3 +47,12 @@ def test_eval_values_and_priority() -> None:
     assert runner.invoke(expr, ["eval", "BOOKMARK()", "--bookmark", "x|1|"]).output.startswith(
         "value: 'x|1|'"
     )
+
+
+def test_eval_with_data_that_is_not_json_says_so() -> None:
+    # Issue 11: `{qty:5}` printed `matches: false` and exit 0, hiding the typo.
+    result = CliRunner().invoke(expr, ["eval", "/qty > 3", "--data", "{qty:5}"])
+    assert result.exit_code == 2
+    assert "--data" in result.output
+    assert "not JSON" in result.output
+    assert "matches" not in result.output
