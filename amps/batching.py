@@ -13,12 +13,15 @@ queues messages and writes frames. The rule, as in TCP corking and nats.py's flu
 An optional linger (`linger_ms` > 0) holds a partly filled frame up to that long after the
 writer first sees it, for callers that trade latency for fewer frames. The default is 0.
 
-No clock and no I/O here: time is an argument. The adapter keeps the bytes (one list per
-frame); `Coalescer` tells it where frames end, and when to write the next one.
+No clock and no I/O here: time is an argument. Two forms of the same rule: `Coalescer` for a
+writer that decides frame ends as commands are queued (the client, the replication link), and
+`frame_split` for one that decides them when it writes (the instance's outbox, where the write
+in flight is the gRPC response generator's suspended `yield`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -140,3 +143,25 @@ class Coalescer:
         self._frame_messages = self._frame_bytes = 0
         self._closed_counts.clear()
         self._linger_from_ms = None
+
+
+def frame_split(
+    items: Sequence[bytes], counts: Sequence[int] | None, limits: FrameLimits
+) -> tuple[int, int]:
+    """The next frame of what is queued: (items, messages) of the longest prefix within the
+    limits, at least one item. `counts` gives the messages in each item (an item may be a chunk
+    of several already joined), or None when each item is one message."""
+    if counts is None:
+        taken = min(len(items), limits.max_messages)
+        if sum(map(len, items[:taken])) <= limits.max_bytes:
+            return taken, taken  # the usual case: the message bound alone decides
+        counts = [1] * taken
+    taken = messages = total = 0
+    for count, item in zip(counts, items, strict=False):
+        size = len(item)
+        if taken and (messages + count > limits.max_messages or total + size > limits.max_bytes):
+            break
+        taken += 1
+        messages += count
+        total += size
+    return taken, messages

@@ -254,6 +254,7 @@ class Server:
             "record_cache_misses": s.record_cache_misses,
             "published_by_topic": s.published_by_topic,
             "queue_depths": {q.queue: q.statistics.depth for q in s.queues},
+            "hops": self.instance.statistics.hops.as_json() if self.instance else {},
         }
         return "application/json", orjson.dumps(body, option=orjson.OPT_INDENT_2)
 

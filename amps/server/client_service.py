@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from time import perf_counter_ns
 
 import grpc
 
@@ -49,6 +50,7 @@ class ClientService(client_pb2_grpc.AmpsServicer):
     ) -> AsyncIterator[bytes]:
         """Yields encoded ServerFrames (bytes); see add_to_server."""
         session = Session(self.instance, context.peer())
+        session.outbox.hops = self.instance.statistics.hops
         self.instance.sessions.add(session)
         reader = asyncio.create_task(self._read(session, request_iterator))
         try:
@@ -63,9 +65,12 @@ class ClientService(client_pb2_grpc.AmpsServicer):
 
     async def _read(self, session: Session, frames: AsyncIterator[pb.ClientFrame]) -> None:
         try:
+            handling = self.instance.statistics.hops.frame_handling
             async for frame in frames:
+                started_ns = perf_counter_ns()
                 session.last_receive_monotonic = asyncio.get_running_loop().time()
                 self._on_frame(session, frame)
+                handling.add(perf_counter_ns() - started_ns)
             # The client half-closed: it may still be owed persisted acks for its last frames.
             await self.instance.wait_durable()
             await session.wait_tasks()

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
 from amps import __version__, errors
@@ -23,6 +24,7 @@ from amps.log.journal import Journal
 from amps.log.records import PublishRecord, Record
 from amps.names import name_problem
 from amps.server.convert import success_ack
+from amps.server.hops import HopStatistics
 from amps.server.queue_manager import QueueManager
 from amps.server.record_cache import RecordCache
 from amps.server.subscriptions import Subscription, SubscriptionIndex
@@ -52,6 +54,7 @@ class InstanceStatistics:
     duplicates: int = 0
     delivered: int = 0
     rejected: int = 0
+    hops: HopStatistics = field(default_factory=HopStatistics)
 
 
 class Instance:
@@ -82,6 +85,8 @@ class Instance:
         self._recorded: dict[str, bool] = {}
         self._durable_callbacks: list[tuple[int, Callable[[], None]]] = []
         self._soon_commit: asyncio.TimerHandle | None = None
+        # (txid, perf_counter_ns) of the oldest `soon` record not yet durable: hops statistics.
+        self._oldest_soon: tuple[int, int] | None = None
         self._next_client_number = 0
         self._loop = asyncio.get_running_loop()
         self.queues = QueueManager(self, config.queues)
@@ -258,7 +263,10 @@ class Instance:
         self.journal.append(record)
         if not soon:
             self._commit_wanted.set()
-        elif self._soon_commit is None:
+            return
+        if self._oldest_soon is None:
+            self._oldest_soon = (self.journal.last_txid, perf_counter_ns())
+        if self._soon_commit is None:
             self._soon_commit = self._loop.call_later(SOON_COMMIT_DELAY_S, self._commit_soon)
 
     def _commit_soon(self) -> None:
@@ -328,6 +336,10 @@ class Instance:
         if self._soon_commit is not None and self.journal.last_txid <= durable_txid:
             self._soon_commit.cancel()  # this commit covered them
             self._soon_commit = None
+        oldest_soon = self._oldest_soon
+        if oldest_soon is not None and oldest_soon[0] <= durable_txid:
+            self.statistics.hops.removal_durable.add(perf_counter_ns() - oldest_soon[1])
+            self._oldest_soon = None
         if ready:
             for record in ready:
                 self.records.put(record)

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from time import perf_counter_ns
+
+from amps.batching import FrameLimits, frame_split
+from amps.server.hops import HopStatistics
 
 MAX_FRAME_MESSAGES = 500
 # Frames stay well under the gRPC message limit even when every message is near its maximum.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
+FRAME_LIMITS = FrameLimits(MAX_FRAME_MESSAGES, MAX_FRAME_BYTES)
 # A replay pauses while this many messages wait to be sent; live traffic is never paused.
 DRAIN_LOW_WATER_MESSAGES = 2_000
 # A client that falls this far behind live traffic is disconnected (AMPS slow-client limits):
@@ -37,6 +42,10 @@ class Outbox:
         self.closed = False
         self.close_reason: tuple[int, str] | None = None
         self.sent_messages = 0
+        # The instance's per-hop statistics (a private set until the session shares its own),
+        # and when the oldest entry still queued was put in an empty outbox.
+        self.hops = HopStatistics()
+        self._waiting_since_ns = 0
 
     def __len__(self) -> int:
         """Messages queued."""
@@ -46,6 +55,8 @@ class Outbox:
         """Queue one frame entry (`wire.entry(...)`); it leaves with the next frame."""
         if self.closed:
             return
+        if not self._queued:
+            self._waiting_since_ns = perf_counter_ns()
         self._entries.append(entry)
         if self._counts:
             self._counts.append(1)
@@ -67,6 +78,8 @@ class Outbox:
         """Queue several frame entries, in order."""
         if self.closed or not entries:
             return
+        if not self._queued:
+            self._waiting_since_ns = perf_counter_ns()
         self._entries.extend(entries)
         if self._counts:
             self._counts.extend([1] * len(entries))
@@ -82,6 +95,8 @@ class Outbox:
         MAX_FRAME_MESSAGES, and well under MAX_FRAME_BYTES); a chunk is never split."""
         if self.closed or not count:
             return
+        if not self._queued:
+            self._waiting_since_ns = perf_counter_ns()
         if not self._counts:
             self._counts = [1] * len(self._entries)
         self._entries.append(chunk)
@@ -105,31 +120,11 @@ class Outbox:
     def _take_frame(self) -> bytes:
         entries = self._entries
         counts = self._counts
+        items, messages = frame_split(entries, counts or None, FRAME_LIMITS)
         if counts:
-            items = messages = total = 0
-            for count, entry in zip(counts, entries, strict=False):
-                size = len(entry)
-                if items and (
-                    messages + count > MAX_FRAME_MESSAGES or total + size > MAX_FRAME_BYTES
-                ):
-                    break
-                items += 1
-                messages += count
-                total += size
             del counts[:items]
             if all(count == 1 for count in counts):
                 counts.clear()
-        else:
-            items = messages = min(len(entries), MAX_FRAME_MESSAGES)
-            if sum(map(len, entries[:items])) > MAX_FRAME_BYTES:
-                items = total = 0
-                for entry in entries[:messages]:
-                    size = len(entry)
-                    if items and total + size > MAX_FRAME_BYTES:
-                        break
-                    items += 1
-                    total += size
-                messages = items
         batch = entries[:items]
         del entries[:items]
         self._queued -= messages
@@ -141,11 +136,28 @@ class Outbox:
         return b"".join(batch)  # one chunk: the same bytes, not a copy
 
     async def frames(self) -> AsyncIterator[bytes]:
-        """Yield encoded ServerFrames until closed and empty."""
+        """Yield encoded ServerFrames until closed and empty, by the rule of `amps.batching`: a
+        frame as soon as something is queued, and after each write (gRPC takes the frame while
+        this generator is suspended) one with what was queued during it."""
+        hops = self.hops
+        coalesced = False
         while True:
             if not self._entries:
                 if self.closed:
                     return
                 await self._ready.wait()
+                coalesced = False
                 continue
-            yield self._take_frame()
+            taken_ns = perf_counter_ns()
+            hops.outbox_wait.add(taken_ns - self._waiting_since_ns)
+            frame = self._take_frame()
+            if self._queued:
+                self._waiting_since_ns = taken_ns  # the rest waits from now, for the next frame
+            if coalesced:
+                hops.frames_coalesced += 1
+            else:
+                hops.frames_idle += 1
+            yielded_ns = perf_counter_ns()
+            yield frame
+            hops.frame_write.add(perf_counter_ns() - yielded_ns)
+            coalesced = True

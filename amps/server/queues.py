@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 from itertools import repeat
+from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
 from amps import errors
@@ -313,6 +314,7 @@ class QueueDriver:
 
     def ack(self, session: Session, bookmarks: str, flt: Filter | None, options: str) -> int:
         """Q10–Q12: acknowledge by bookmark list or filter; returns how many left the queue."""
+        started_ns = perf_counter_ns()
         option = ack_option(options)
         now_ms = self.instance.now_ms()
         if flt is not None:
@@ -338,7 +340,14 @@ class QueueDriver:
                             f"bookmark {publisher_id}|{seq}| was never published to this instance"
                         )
             event = Acked(session.client_id, pairs, option)
-        return self.run(self.engine.handle(event, now_ms), now_ms)
+        statistics = self.instance.statistics
+        delivered = statistics.delivered
+        removed = self.run(self.engine.handle(event, now_ms), now_ms)
+        # The deliveries this ack made room for went out in its own step: no timer, no commit.
+        hops = statistics.hops
+        hops.deliveries_after_ack += statistics.delivered - delivered
+        hops.queue_ack_step.add(perf_counter_ns() - started_ns)
+        return removed
 
     def deliverable(self, limit: int) -> list[PublishRecord]:
         """Q19: the messages a `sow` of the queue returns; nothing is leased."""
@@ -424,6 +433,7 @@ class QueueDriver:
         if now_deliver:
             self._deliver_many(now_deliver, now_ms)
         if held:
+            self.instance.statistics.hops.deliveries_held_for_commit += len(held)
             self.instance.when_durable(lambda: self._deliver_held(held))
         return removed
 

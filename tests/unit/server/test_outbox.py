@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from amps.batching import FrameLimits
 from amps.server import outbox as outbox_module
 from amps.server import wire
 from amps.server.outbox import DRAIN_LOW_WATER_MESSAGES, MAX_FRAME_MESSAGES, Outbox
@@ -58,7 +59,8 @@ async def test_entries_after_chunks_are_batched_again() -> None:
 async def test_frames_split_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     import amps.server.outbox as outbox_module
 
-    monkeypatch.setattr(outbox_module, "MAX_FRAME_BYTES", 10_000)
+    limits = FrameLimits(MAX_FRAME_MESSAGES, 10_000)
+    monkeypatch.setattr(outbox_module, "FRAME_LIMITS", limits)
     outbox = Outbox()
     outbox.put_many([wire.delivery_entry(data=b"y" * 4_000, txid=i + 1) for i in range(3)])
     outbox.put_chunk(_chunk(4, 2, 4_000), 2)
@@ -94,3 +96,23 @@ async def test_a_client_too_far_behind_is_disconnected(monkeypatch: pytest.Monke
     assert box.close_reason is not None
     assert box.close_reason[1].startswith("slow consumer")
     assert [frame async for frame in box.frames()] == []
+
+
+async def test_a_frame_leaves_at_once_and_what_comes_during_its_write_rides_the_next() -> None:
+    outbox = Outbox()
+    frames = outbox.frames()
+    outbox.put(wire.delivery_entry(txid=1))
+    first = pb.ServerFrame.FromString(await anext(frames))
+    # The generator is suspended at its yield: gRPC is writing `first`.
+    outbox.put(wire.delivery_entry(txid=2))
+    outbox.put_many([wire.delivery_entry(txid=3), wire.delivery_entry(txid=4)])
+    second = pb.ServerFrame.FromString(await anext(frames))
+    assert [m.delivery.txid for m in first.messages] == [1]
+    assert [m.delivery.txid for m in second.messages] == [2, 3, 4]
+    hops = outbox.hops
+    assert (hops.frames_idle, hops.frames_coalesced) == (1, 1)
+    assert hops.outbox_wait.count == 2
+    assert hops.frame_write.count == 1  # the second write has not completed yet
+    outbox.close()
+    assert [f async for f in frames] == []
+    assert hops.frame_write.count == 2

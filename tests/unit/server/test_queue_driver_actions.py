@@ -21,6 +21,7 @@ from amps.queue import (
     RemovalReason,
 )
 from amps.queue.policy import Semantics
+from amps.server.instance import InstanceStatistics
 from amps.server.queues import QueueDriver
 from amps.server.wire import delivery_entry
 
@@ -47,16 +48,12 @@ class _Records:
         return self.records.get(txid)
 
 
-class _Statistics:
-    delivered = 0
-
-
 class _Instance:
     """What QueueDriver._execute uses of an Instance, recording the order of effects."""
 
     def __init__(self, records: dict[int, PublishRecord]) -> None:
         self.records = _Records(records)
-        self.statistics = _Statistics()
+        self.statistics = InstanceStatistics()
         self.log: list[object] = []
         self.soon: list[bool] = []  # each appended record's commit urgency
         self.appended: list[QueueRecord] = []
@@ -142,6 +139,7 @@ def test_removals_are_grouped_and_written_before_dead_letters_and_deliveries() -
         _expected_entry(9, None, 3),
     ]
     assert instance.statistics.delivered == 3
+    assert instance.statistics.hops.deliveries_held_for_commit == 0
 
 
 def test_deliveries_after_an_at_most_once_removal_wait_for_durability() -> None:
@@ -158,6 +156,7 @@ def test_deliveries_after_an_at_most_once_removal_wait_for_durability() -> None:
         "wait for durability",
     ]
     assert session.entries == [_expected_entry(1, None, 1)]
+    assert instance.statistics.hops.deliveries_held_for_commit == 2
     instance.durable_callbacks.pop()()
     assert session.entries == [
         _expected_entry(1, None, 1),
