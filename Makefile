@@ -7,18 +7,33 @@ CONFIG ?=
 # Where `make run` keeps its data (the default configuration uses ./data/journal).
 RUN_DIR ?= .
 
+# requires-python in pyproject.toml; checked before a virtualenv is made with anything older.
+MIN_PYTHON := 3.11
+# A shell command that fails, saying which interpreter to use, when $(1) is older than MIN_PYTHON.
+python_ok = $(1) -c 'import sys; sys.exit(sys.version_info < ($(subst .,$(comma),$(MIN_PYTHON)),))' \
+	2>/dev/null || { \
+	found=$$(for p in python3.13 python3.12 python3.11; do command -v $$p >/dev/null && echo $$p && break; done); \
+	echo "amps needs Python >= $(MIN_PYTHON); $(1) is $$($(1) --version 2>&1 || echo missing)." >&2; \
+	echo "$(2)Use a newer one: make PYTHON=$${found:-python3.11} $(MAKECMDGOALS)" >&2; \
+	exit 1; }
+comma := ,
+
 .PHONY: run test lint proto proto-check bench clean venv
 
 $(VENV)/bin/activate:
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	@$(call python_ok,$(PYTHON),)
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
+	$(PIP) install --quiet --upgrade pip || { rm -rf $(VENV); exit 1; }
 
-# Runtime install: re-run when pyproject.toml changes.
+# Runtime install: re-run when pyproject.toml changes. A .venv left by an older Python (made
+# before this check existed) is named, with the way out.
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/activate
+	@$(call python_ok,$(PY),$(VENV) was made with it: run make clean first. )
 	$(PIP) install --quiet -e .
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(VENV)/bin/activate
+	@$(call python_ok,$(PY),$(VENV) was made with it: run make clean first. )
 	$(PIP) install --quiet -e '.[dev]'
 	touch $(VENV)/.installed $@
 
