@@ -47,7 +47,7 @@ def render() -> str:
     _register()
     sections = [HEADER]
     for name, text in _walk(cli, ["amps"]):
-        sections.append(f"\n## `{name}`\n\n```\n{text.rstrip()}\n```\n")
+        sections.append(f"\n## `{name}`\n\n```text\n{text.rstrip()}\n```\n")
     return "".join(sections)
 
 
