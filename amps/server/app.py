@@ -34,6 +34,7 @@ from amps.v1 import client_pb2
 if TYPE_CHECKING:
     # Loaded at the first scrape or fsync: nothing before a first delivery needs them.
     from amps.metrics import InstanceSnapshot, Metrics
+    from replication.link import Replicator
 
 log = logging.getLogger("amps.server")
 
@@ -94,6 +95,7 @@ class Server:
         self._admin: AdminHttpServer | None = None
         self.instance: Instance | None = None
         self.metrics: Metrics | None = None
+        self.replicator: Replicator | None = None
 
     def _journal_directory(self) -> Path:
         txlog = self.config.transaction_log
@@ -154,6 +156,7 @@ class Server:
         await self.instance.start(self._journal_directory())
         await self._start_grpc()
         await self._start_admin()
+        await self._start_replication()
         journal.start_flusher()
         log.info("instance %s ready", self.config.name)
         grpc_addr = self.config.grpc_transport
@@ -163,10 +166,17 @@ class Server:
             if (self.config.admin is not None and self.config.admin.inet_addr is not None)
             else ""
         )
+        incoming = self.config.replication_transport
+        replication = (
+            f" replication {incoming.inet_addr.host}:{self.replicator.port}"
+            if incoming is not None and self.replicator is not None
+            else ""
+        )
         # Tests and scripts read this line to learn the ports (port 0 picks free ones).
         print(
             f"amps {self.config.name}: listening on {grpc_addr.inet_addr.host}:{self.grpc_port}"
-            f"{admin} journal {self._journal_directory()} last_txid {journal.last_txid}",
+            f"{admin}{replication} journal {self._journal_directory()} "
+            f"last_txid {journal.last_txid}",
             flush=True,
         )
         # `amps server` starts with the cyclic garbage collector off (see amps.cli.server_cmd).
@@ -204,6 +214,20 @@ class Server:
         await health_servicer.set("", serving)
         await health_servicer.set(names[0], serving)
         self._grpc = server
+
+    async def _start_replication(self) -> None:
+        if self.config.replication is None and self.config.replication_transport is None:
+            return
+        assert self.instance is not None
+        from replication.link import Replicator
+
+        replicator = Replicator(self.config, self.instance, self._journal_directory())
+        try:
+            await replicator.start()
+        except RuntimeError as exc:
+            fatal(FatalReason.ADDRESS_IN_USE, f"replication cannot listen: {exc}")
+        self.instance.replicator = replicator
+        self.replicator = replicator
 
     async def _start_admin(self) -> None:
         admin = self.config.admin
@@ -296,6 +320,8 @@ class Server:
         """Graceful stop: refuse new work, commit the journal, close."""
         if self._admin is not None:
             await self._admin.stop()
+        if self.replicator is not None:
+            await self.replicator.stop()
         if self.instance is not None:
             await self.instance.wait_durable()
             await self.instance.stop()

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from amps.config import Config
     from amps.expr import Filter
     from amps.server.session import Session
+    from replication.link import Replicator
 
 log = logging.getLogger("amps.instance")
 
@@ -91,6 +92,8 @@ class Instance:
         self._loop = asyncio.get_running_loop()
         self.queues = QueueManager(self, config.queues)
         self.queues.wire_actions(config.actions)
+        # The replication links (set by the server when replication is configured).
+        self.replicator: Replicator | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -203,6 +206,39 @@ class Instance:
         )
         self._count_publish(topic, size)
         return own_seq
+
+    def append_replicated(self, records: tuple[Record, ...]) -> None:
+        """Append what a peer replicated under local txids, origin kept; the same publisher
+        de-duplication as a local publish (L4), so a republish after failover adds nothing."""
+        journal = self.journal
+        marks = journal.marks
+        for record in records:
+            if not isinstance(record, PublishRecord):
+                continue  # only publishes replicate for now (routing.py, Rule 1)
+            if marks.is_duplicate(record.publisher_id, record.seq):
+                self.statistics.duplicates += 1
+                continue
+            self._undispatched.append(
+                journal.append_publish(
+                    topic=record.topic,
+                    data=record.data,
+                    publisher_id=record.publisher_id,
+                    seq=record.seq,
+                    timestamp_us=record.timestamp_us,
+                    correlation_id=record.correlation_id,
+                    expiration_s=record.expiration_s,
+                    origin_instance=record.origin_instance,
+                    origin_group=record.origin_group,
+                    origin_txid=record.origin_txid,
+                )
+            )
+            self._count_publish(record.topic, len(record.data))
+        self._commit_wanted.set()
+
+    def release_persisted_acks(self) -> None:
+        """A sync destination acknowledged more (or was downgraded): ack what it allows."""
+        if self._ack_waiting:
+            self._send_persisted_acks(self.dispatched_txid)
 
     def records_topic(self, topic: str) -> bool:
         """Whether the transaction log records this topic (its `Topic` entries)."""
@@ -345,6 +381,8 @@ class Instance:
                 self.records.put(record)
                 self.fan_out(record)
             self.queues.on_durable(ready, self.now_ms())
+        if self.replicator is not None:
+            self.replicator.log_advanced()
         if self._durable_callbacks:
             due = [cb for target, cb in self._durable_callbacks if target <= durable_txid]
             self._durable_callbacks = [
@@ -364,6 +402,9 @@ class Instance:
             self._commit_wanted.set()
 
     def _send_persisted_acks(self, durable_txid: int) -> None:
+        if self.replicator is not None:
+            # L2: and every sync destination has made it durable too.
+            durable_txid = self.replicator.sync_acked_txid(durable_txid)
         done = []
         for session in self._ack_waiting:
             seq = 0

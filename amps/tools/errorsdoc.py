@@ -52,7 +52,45 @@ def render() -> str:
             f"| `{cls.__name__}` | `{parent}` | `{cls.code}` | {cls.reason} | {retriable} "
             f"| {_status(cls)} | {doc} |"
         )
-    return HEADER + "\n".join(rows) + "\n"
+    return HEADER + "\n".join(rows) + "\n" + _replication_refusals()
+
+
+STARTUP_REFUSALS = (
+    ("Destination `Name` equal to the instance's own `Name`", "a peer other than this instance"),
+    (
+        "Destination `InetAddr` reaching the instance's own amps-replication transport",
+        "the address of another instance",
+    ),
+    ("Two destinations with one `Name`", "a peer not already a destination at ..."),
+    (
+        "Destination `Topic` naming a literal topic the local `TransactionLog` does not record",
+        "a topic recorded in the local TransactionLog",
+    ),
+)
+
+
+def _replication_refusals() -> str:
+    from replication.link_core import REFUSALS
+
+    lines = [
+        "",
+        "## Replication refusals",
+        "",
+        "At start-up (a `ConfigError` naming the element path; the instance does not start):",
+        "",
+        "| configuration | expected |",
+        "|---|---|",
+        *(f"| {what} | {expected} |" for what, expected in STARTUP_REFUSALS),
+        "",
+        "On connect, a link is refused with a code and a message naming both instances and",
+        "groups; both sides log it (`replication link to PEER refused: ...`) and the dialler",
+        "tries again after its `ReconnectTimeout`:",
+        "",
+        "| code | meaning |",
+        "|---|---|",
+        *(f"| `{code}` | {meaning} |" for code, meaning in REFUSALS.items()),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

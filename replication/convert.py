@@ -1,0 +1,113 @@
+"""Link frames <-> protobuf: the only replication module that imports generated code. [io]
+
+Records cross as the transaction log's own framed bytes (amps/log/codec.py), so a batch costs
+one protobuf message and one CRC-checked decode, not one message per record.
+"""
+
+from __future__ import annotations
+
+from amps.errors import CorruptRecord
+from amps.log import codec
+from amps.v1 import replication_pb2 as pb
+from replication.frames import (
+    Ack,
+    Batch,
+    Digest,
+    Frame,
+    Heartbeat,
+    Hello,
+    OriginPosition,
+    Refusal,
+    TopicDigest,
+)
+
+
+class BadFrame(ValueError):
+    """A frame from a peer that does not decode; the link is closed with this text."""
+
+
+def to_pb(frame: Frame) -> pb.LinkFrame:
+    """The protobuf LinkFrame of one frame."""
+    if isinstance(frame, Batch):
+        data = b"".join(codec.encode(record) for record in frame.records)
+        return pb.LinkFrame(
+            batch=pb.Batch(
+                batch_id=frame.batch_id,
+                through_txid=frame.through_txid,
+                records=data,
+                record_count=len(frame.records),
+            )
+        )
+    if isinstance(frame, Ack):
+        return pb.LinkFrame(ack=pb.LinkAck(through_txid=frame.through_txid))
+    if isinstance(frame, Heartbeat):
+        return pb.LinkFrame(
+            heartbeat=pb.LinkHeartbeat(
+                heard=[pb.Heard(instance=i, age_ms=age) for i, age in frame.heard]
+            )
+        )
+    if isinstance(frame, Refusal):
+        return pb.LinkFrame(refusal=pb.Refusal(code=frame.code, message=frame.message))
+    digest = frame.digest
+    return pb.LinkFrame(
+        hello=pb.Hello(
+            protocol_version=frame.protocol_version,
+            instance=frame.instance,
+            group=frame.group,
+            expected_peer=frame.expected_peer,
+            expected_group=frame.expected_group,
+            digest=pb.Digest(
+                sends=digest.sends,
+                sync=digest.sync,
+                topics=[
+                    pb.TopicDigest(name=t.name, message_type=t.message_type, filter=t.filter)
+                    for t in digest.topics
+                ],
+            ),
+            positions=[
+                pb.OriginPosition(
+                    origin=p.origin, origin_txid=p.origin_txid, upstream_txid=p.upstream_txid
+                )
+                for p in frame.positions
+            ],
+        )
+    )
+
+
+def from_pb(message: pb.LinkFrame) -> Frame:
+    """The frame a protobuf LinkFrame carries; BadFrame when it carries nothing usable."""
+    kind = message.WhichOneof("body")
+    if kind == "batch":
+        batch = message.batch
+        try:
+            records, consumed = codec.decode(batch.records)
+        except CorruptRecord as exc:
+            raise BadFrame(f"a batch with a damaged record: {exc.message}") from None
+        if consumed != len(batch.records) or len(records) != batch.record_count:
+            raise BadFrame("a batch whose records do not match its record_count")
+        return Batch(batch.batch_id, batch.through_txid, tuple(records))
+    if kind == "ack":
+        return Ack(message.ack.through_txid)
+    if kind == "heartbeat":
+        return Heartbeat(tuple((h.instance, h.age_ms) for h in message.heartbeat.heard))
+    if kind == "refusal":
+        return Refusal(message.refusal.code, message.refusal.message)
+    if kind == "hello":
+        hello = message.hello
+        digest = hello.digest
+        return Hello(
+            protocol_version=hello.protocol_version,
+            instance=hello.instance,
+            group=hello.group,
+            expected_peer=hello.expected_peer,
+            expected_group=hello.expected_group,
+            digest=Digest(
+                sends=digest.sends,
+                topics=tuple(TopicDigest(t.name, t.message_type, t.filter) for t in digest.topics),
+                sync=digest.sync,
+            ),
+            positions=tuple(
+                OriginPosition(p.origin, p.origin_txid, p.upstream_txid) for p in hello.positions
+            ),
+        )
+    raise BadFrame("an empty LinkFrame")

@@ -1,0 +1,381 @@
+"""The gRPC adapter of replication: streams, timers and the instance's log around the link
+cores (replication/link_core.py). [io]
+
+One `Replicator` per instance. It listens on the amps-replication transport, dials every
+destination that has an InetAddr (in priority order, again after `ReconnectTimeout`), and runs
+one `LinkCore` per peer over whichever stream is up: one stream per pair. When both sides dial,
+the stream dialled by the instance with the smaller Name is kept and the other is refused
+(`duplicate_link`); the refused dialler waits while the link is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import grpc
+
+from amps.v1 import replication_pb2 as pb
+from amps.v1 import replication_pb2_grpc as pb_grpc
+from replication.convert import BadFrame, from_pb, to_pb
+from replication.frames import Hello, OriginPosition, Refusal
+from replication.link_core import (
+    Action,
+    Apply,
+    Close,
+    Connected,
+    Disconnected,
+    FrameReceived,
+    LinkCore,
+    LinkState,
+    LinkStatistics,
+    LogAdvanced,
+    PeerAcked,
+    RecordsDurable,
+    Send,
+    SyncChanged,
+)
+from replication.positions import PositionBook
+from replication.routing import Route
+
+if TYPE_CHECKING:
+    from amps.config import Config
+    from amps.server.instance import Instance
+
+log = logging.getLogger("amps.replication")
+
+POSITIONS_FILE = "replication-positions.json"
+SAVE_INTERVAL_S = 1.0
+DEFAULT_RECONNECT_S = 1.0
+GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", GRPC_MAX_FRAME_BYTES),
+    ("grpc.max_send_message_length", GRPC_MAX_FRAME_BYTES),
+]
+
+
+class _Stream(Protocol):
+    async def read(self) -> object: ...
+
+    async def write(self, message: pb.LinkFrame) -> None: ...
+
+
+class _Session:
+    """One stream attached to a core: its writer queue and generation (stale callbacks)."""
+
+    def __init__(self, core: LinkCore, stream: _Stream, generation: int) -> None:
+        self.core = core
+        self.stream = stream
+        self.generation = generation
+        self.outgoing: asyncio.Queue[pb.LinkFrame | None] = asyncio.Queue()
+        self.closed = asyncio.Event()
+        self.timer: asyncio.TimerHandle | None = None
+        self.dialled = False
+
+
+class Replicator:
+    """Every replication link of one instance."""
+
+    def __init__(self, config: Config, instance: Instance, directory: Path) -> None:
+        self.config = config
+        self.instance = instance
+        self.local = config.name
+        self._positions_path = directory / POSITIONS_FILE
+        self.book = PositionBook(_load_positions(self._positions_path))
+        replication = config.replication
+        destinations = replication.destinations if replication is not None else ()
+        self.routes = {d.name: Route(config.name, d) for d in destinations}
+        self.cores: dict[str, LinkCore] = {}
+        self._sessions: dict[str, _Session] = {}
+        self._generation = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+        self._loop = asyncio.get_running_loop()
+        self._stopping = False
+        self._idle: dict[str, asyncio.Event] = {}
+        for name in self.routes:
+            self._core(name)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        transport = self.config.replication_transport
+        if transport is not None:
+            server = grpc.aio.server(options=_CHANNEL_OPTIONS)
+            pb_grpc.add_ReplicationServicer_to_server(_Servicer(self), server)  # type: ignore[no-untyped-call]
+            address = f"{transport.inet_addr.host}:{transport.inet_addr.port}"
+            self.port = server.add_insecure_port(address)
+            await server.start()
+            self._server = server
+        replication = self.config.replication
+        for destination in replication.destinations if replication is not None else ():
+            addrs = [str(a) for t in destination.transports for a in t.inet_addrs]
+            timeouts = [t.reconnect_timeout_ms for t in destination.transports]
+            delay_s = next((t / 1000 for t in timeouts if t), DEFAULT_RECONNECT_S)
+            if addrs:
+                self._spawn(self._dial_loop(destination.name, addrs, delay_s))
+        self._spawn(self._save_loop())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.stop(grace=0.2)
+        self.save_positions()
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _core(self, peer: str) -> LinkCore:
+        core = self.cores.get(peer)
+        if core is None:
+            core = self.cores[peer] = LinkCore(
+                self.local, self.config.group, self.instance.journal, self.routes, self.book, peer
+            )
+            self._idle[peer] = asyncio.Event()
+            self._idle[peer].set()
+        return core
+
+    # -- hooks from the instance ------------------------------------------------------------
+
+    def log_advanced(self) -> None:
+        """The local log's durable txid moved: ready links send what is new."""
+        for session in list(self._sessions.values()):
+            if session.core.state is LinkState.READY and session.core.sends:
+                self._step(session, LogAdvanced())
+
+    def sync_acked_txid(self, durable_txid: int) -> int:
+        """L2: the txid up to which every sync (not downgraded) destination holds the log."""
+        limit = durable_txid
+        for peer, route in self.routes.items():
+            core = self.cores[peer]
+            if route.sync and not core.downgraded:
+                limit = min(limit, core.acked_through_txid)
+        return limit
+
+    def set_downgraded(self, peer: str, downgraded: bool, reason: str) -> bool:
+        """Downgrade (or upgrade) a sync destination; False when there is no such destination."""
+        core = self.cores.get(peer)
+        if core is None or not core.sync:
+            return False
+        core.handle(SyncChanged(downgraded, reason), self.instance.now_ms())
+        log.warning(
+            "replication destination %s %s (%s)",
+            peer,
+            "downgraded to async" if downgraded else "upgraded to sync",
+            reason,
+        )
+        self.instance.release_persisted_acks()
+        return True
+
+    def statistics(self) -> list[LinkStatistics]:
+        now_ms = self.instance.now_ms()
+        return [self.cores[p].statistics(now_ms) for p in sorted(self.cores)]
+
+    # -- streams -----------------------------------------------------------------------------
+
+    async def _dial_loop(self, peer: str, addrs: list[str], delay_s: float) -> None:
+        core = self._core(peer)
+        while not self._stopping:
+            for addr in addrs:
+                if core.state is not LinkState.IDLE:
+                    await self._idle[peer].wait()
+                    continue
+                try:
+                    async with grpc.aio.insecure_channel(addr, options=_CHANNEL_OPTIONS) as ch:
+                        stub = pb_grpc.ReplicationStub(ch)  # type: ignore[no-untyped-call]
+                        await self._run(core, stub.Link(), dialled=True)
+                except (grpc.aio.AioRpcError, OSError) as exc:
+                    log.debug("replication to %s at %s: %s", peer, addr, exc)
+            await asyncio.sleep(delay_s)
+
+    async def accept(self, stream: _Stream) -> None:
+        """An incoming stream: its first frame must be the dialler's Hello."""
+        first = await stream.read()
+        if not isinstance(first, pb.LinkFrame):
+            return
+        try:
+            hello = from_pb(first)
+        except BadFrame:
+            return
+        if not isinstance(hello, Hello):
+            return
+        core = self._core(hello.instance)
+        existing = self._sessions.get(hello.instance)
+        if existing is not None:
+            if existing.dialled and self.local < hello.instance:
+                # Rule: the stream dialled by the smaller Name stays (both sides agree).
+                message = f"{self.local} and {hello.instance}: a link between them is already up"
+                await stream.write(to_pb(Refusal("duplicate_link", message)))
+                return
+            existing.outgoing.put_nowait(None)
+            await existing.closed.wait()
+        await self._run(core, stream, dialled=False, first=hello)
+
+    async def _run(
+        self, core: LinkCore, stream: _Stream, *, dialled: bool, first: Hello | None = None
+    ) -> None:
+        self._generation += 1
+        session = _Session(core, stream, self._generation)
+        session.dialled = dialled
+        self._sessions[core.peer] = session
+        self._idle[core.peer].clear()
+        writer = asyncio.ensure_future(self._write_loop(session))
+        try:
+            self._step(session, Connected(dialled))
+            if first is not None:
+                self._step(session, FrameReceived(first))
+            reader = asyncio.ensure_future(self._read_loop(session))
+            _done, _ = await asyncio.wait(
+                (reader, writer, asyncio.ensure_future(session.closed.wait())),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            reader.cancel()
+        finally:
+            writer.cancel()
+            if session.timer is not None:
+                session.timer.cancel()
+            if core.state is not LinkState.IDLE:
+                core.handle(Disconnected("stream ended"), self.instance.now_ms())
+                log.info("replication link to %s down", core.peer)
+            if self._sessions.get(core.peer) is session:
+                del self._sessions[core.peer]
+            session.closed.set()
+            self._idle[core.peer].set()
+
+    async def _read_loop(self, session: _Session) -> None:
+        stream = session.stream
+        while True:
+            message = await stream.read()
+            if not isinstance(message, pb.LinkFrame):
+                return  # end of stream
+            try:
+                frame = from_pb(message)
+            except BadFrame as exc:
+                log.warning("replication link to %s: %s", session.core.peer, exc)
+                return
+            was_ready = session.core.state is LinkState.READY
+            self._step(session, FrameReceived(frame))
+            if not was_ready and session.core.state is LinkState.READY:
+                log.info("replication link to %s up", session.core.peer)
+            if session.closed.is_set():
+                return
+
+    async def _write_loop(self, session: _Session) -> None:
+        queue = session.outgoing
+        while True:
+            message = await queue.get()
+            if message is None:
+                session.closed.set()
+                return
+            await session.stream.write(message)
+
+    def _step(self, session: _Session, event: object) -> None:
+        core = session.core
+        actions = core.handle(event, self.instance.now_ms())  # type: ignore[arg-type]
+        self._execute(session, actions)
+        if core.wants_to_send:
+            self._loop.call_soon(self._continue, session)
+        self._arm(session)
+
+    def _continue(self, session: _Session) -> None:
+        if self._sessions.get(session.core.peer) is session:
+            self._step(session, LogAdvanced())
+
+    def _execute(self, session: _Session, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                session.outgoing.put_nowait(to_pb(action.frame))
+            elif isinstance(action, Apply):
+                self.instance.append_replicated(action.records)
+                through = action.through_txid
+                self.instance.when_durable(functools.partial(self._durable, session, through))
+            elif isinstance(action, PeerAcked):
+                self.instance.release_persisted_acks()
+            elif isinstance(action, Close):
+                if action.refused:
+                    log.error(
+                        "replication link to %s refused: %s", session.core.peer, action.reason
+                    )
+                session.outgoing.put_nowait(None)
+
+    def _durable(self, session: _Session, through_txid: int) -> None:
+        if self._sessions.get(session.core.peer) is session:
+            self._step(session, RecordsDurable(through_txid))
+
+    def _arm(self, session: _Session) -> None:
+        if session.timer is not None:
+            session.timer.cancel()
+            session.timer = None
+        deadline = session.core.next_deadline_ms()
+        if deadline is None:
+            return
+        delay_s = max(0.0, deadline / 1000 - self._loop.time())
+        session.timer = self._loop.call_later(delay_s, self._on_timer, session)
+
+    def _on_timer(self, session: _Session) -> None:
+        session.timer = None
+        if self._sessions.get(session.core.peer) is not session:
+            return
+        self._execute(session, session.core.on_deadline(self.instance.now_ms()))
+        self._arm(session)
+
+    # -- positions ---------------------------------------------------------------------------
+
+    async def _save_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SAVE_INTERVAL_S)
+            self.save_positions()
+
+    def save_positions(self) -> None:
+        """Write the position book (it may lag what is durable: a lag only causes resends)."""
+        entries = [
+            [peer, p.origin, p.origin_txid, p.upstream_txid] for peer, p in self.book.entries()
+        ]
+        temporary = self._positions_path.with_suffix(".tmp")
+        try:
+            temporary.write_text(json.dumps(entries))
+            os.replace(temporary, self._positions_path)
+        except OSError as exc:
+            log.warning("cannot save replication positions: %s", exc)
+
+
+def _load_positions(path: Path) -> list[tuple[str, OriginPosition]]:
+    """The saved book, or nothing when it is missing or unreadable (then peers resend)."""
+    try:
+        entries = json.loads(path.read_text())
+        return [(str(e[0]), OriginPosition(str(e[1]), int(e[2]), int(e[3]))) for e in entries]
+    except (OSError, ValueError, TypeError, IndexError):
+        return []
+
+
+class _Servicer(pb_grpc.ReplicationServicer):
+    def __init__(self, replicator: Replicator) -> None:
+        self._replicator = replicator
+
+    async def Link(
+        self, request_iterator: AsyncIterator[pb.LinkFrame], context: grpc.aio.ServicerContext
+    ) -> None:
+        await self._replicator.accept(_ServerStream(context))
+
+
+class _ServerStream:
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+
+    async def read(self) -> object:
+        return await self._context.read()
+
+    async def write(self, message: pb.LinkFrame) -> None:
+        await self._context.write(message)
