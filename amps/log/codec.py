@@ -14,11 +14,19 @@ format 1, byte for byte as before.
 
 Decoding never raises anything but `CorruptRecord`; an incomplete frame at the end of the buffer
 is "need more bytes" (the consumed offset stops before it), never an error.
+
+Control frames share the frame format but carry no record and take no txid; readers of records
+skip them. Their payload is `kind u8 | 0 u64 | a u64 | b u64 | c u64` (the zero sits where a
+record has its txid): a *segment header* (kind 0xF0: a = the segment's first txid, c = the
+segment format version) opens every segment of format 2, and a *commit marker* (kind 0xF1:
+a, b = the first and last txid the fsync before it made durable) follows every fsync of the
+newest segment. See docs/design/journal.md.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 import google_crc32c
 
@@ -34,15 +42,24 @@ from amps.log.records import (
 )
 
 __all__ = [
+    "COMMIT_KIND",
+    "CONTROL_FRAME_BYTES",
     "HEADER_SIZE_BYTES",
     "MAX_PAYLOAD_BYTES",
     "QUEUE_RECORD_VERSION",
+    "SEGMENT_FORMAT_VERSION",
+    "SEGMENT_HEADER_KIND",
+    "Control",
+    "check_payload",
     "decode",
+    "decode_control",
     "decode_payload",
     "decode_publishes",
     "encode",
+    "encode_commit",
     "encode_payload",
     "encode_publish",
+    "encode_segment_header",
     "find_next_frame",
     "frame_length",
     "new_publish",
@@ -66,6 +83,14 @@ _TRANSFER = struct.Struct("<BQQQQQBHHHHH")
 _PREFIX = struct.Struct("<BQQ")  # kind, txid, timestamp_us: shared by every kind
 _PAIR = struct.Struct("<QQ")
 QUEUE_RECORD_VERSION = 2  # the version byte of a queue record's delivery extension
+_CONTROL = struct.Struct("<BQQQQ")
+# Segment format: 1 = records only (before commit markers); 2 = a segment header first, and a
+# commit marker after every fsync. Format 1 segments stay readable.
+SEGMENT_FORMAT_VERSION = 2
+SEGMENT_HEADER_KIND = 0xF0
+COMMIT_KIND = 0xF1
+CONTROL_KINDS = frozenset((SEGMENT_HEADER_KIND, COMMIT_KIND))
+CONTROL_FRAME_BYTES = HEADER.size + _CONTROL.size
 _U64 = struct.Struct("<Q")
 _crc_value = google_crc32c.value
 _crc_extend = google_crc32c.extend
@@ -130,6 +155,50 @@ def encode(record: Record) -> bytes:
     length = _LENGTH.pack(len(payload))
     crc = _crc_extend(_crc_value(length), payload)
     return b"".join((_MAGIC_BYTES, _LENGTH.pack(crc), length, payload))
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A decoded control frame (a segment header or a commit marker)."""
+
+    kind: int
+    first_txid: int
+    last_txid: int  # commit marker: the last txid its fsync made durable (0 in a header)
+    format_version: int  # segment header: the segment's format (0 in a commit marker)
+
+
+def _encode_control(kind: int, a: int, b: int, c: int) -> bytes:
+    payload = _CONTROL.pack(kind, 0, a, b, c)
+    length = _LENGTH.pack(len(payload))
+    crc = _crc_extend(_crc_value(length), payload)
+    return b"".join((_MAGIC_BYTES, _LENGTH.pack(crc), length, payload))
+
+
+def encode_segment_header(first_txid: int) -> bytes:
+    """The frame that opens a segment of the current format."""
+    return _encode_control(SEGMENT_HEADER_KIND, first_txid, 0, SEGMENT_FORMAT_VERSION)
+
+
+def encode_commit(first_txid: int, last_txid: int) -> bytes:
+    """The marker written after an fsync that made first_txid..last_txid durable."""
+    assert 0 < first_txid <= last_txid, (first_txid, last_txid)
+    return _encode_control(COMMIT_KIND, first_txid, last_txid, 0)
+
+
+def decode_control(payload: bytes | memoryview) -> Control:
+    """A checked payload whose first byte is a control kind; malformed is CorruptRecord."""
+    if len(payload) != _CONTROL.size:
+        raise CorruptRecord(f"control frame of {len(payload)} bytes, expected {_CONTROL.size}")
+    kind, zero, a, b, c = _CONTROL.unpack_from(payload)
+    if kind not in CONTROL_KINDS or zero:
+        raise CorruptRecord(f"malformed control frame (kind {kind:#x})")
+    if kind == SEGMENT_HEADER_KIND:
+        if b or not 2 <= c <= SEGMENT_FORMAT_VERSION:
+            raise CorruptRecord(f"segment header of unknown format version {c}")
+        return Control(kind, a, 0, c)
+    if c or not 0 < a <= b:
+        raise CorruptRecord(f"commit marker with a bad txid range {a}..{b}")
+    return Control(kind, a, b, 0)
 
 
 # (topic, origin instance, origin group) -> (their UTF-8 bytes joined, each one's length).
@@ -394,6 +463,9 @@ def decode(
                 )  # fmt: skip
                 rec.__class__ = PublishRecord  # type: ignore[assignment]
                 append(rec)  # type: ignore[arg-type]
+            elif buf[start] in CONTROL_KINDS:
+                decode_control(buf[start:stop_at])
+                remaining += 1  # not a record: does not count against the limit
             else:
                 append(_decode_at(buf, start, stop_at))
         except UnicodeDecodeError as exc:
@@ -454,6 +526,13 @@ def decode_publishes(
             kind, txid, ts = _PREFIX.unpack_from(buf, start)
             if txid > upper_txid:
                 break
+        if kind in CONTROL_KINDS:
+            try:
+                decode_control(buf[start:stop_at])
+            except CorruptRecord as exc:
+                raise CorruptRecord(exc.message, offset=offset) from None
+            offset = stop_at
+            continue
         if kind == _KIND_PUBLISH and txid >= from_txid:
             if length < fixed:
                 raise CorruptRecord("malformed record payload: short publish", offset=offset)
@@ -489,8 +568,18 @@ def decode_publishes(
     return offset, next_txid, max_bytes
 
 
-def find_next_frame(buf: bytes | memoryview, start: int, end: int) -> int | None:
-    """Offset of the first complete, valid frame that begins after `start`, or None."""
+def check_payload(payload: bytes) -> Record | Control:
+    """Decode one payload whose CRC already matched: a record or a control frame."""
+    if payload and payload[0] in CONTROL_KINDS:
+        return decode_control(payload)
+    return decode_payload(payload)
+
+
+def find_next_frame(
+    buf: bytes | memoryview, start: int, end: int, *, commit_only: bool = False
+) -> int | None:
+    """Offset of the first complete, valid frame (with `commit_only`, commit marker) that
+    begins after `start`, or None."""
     view = memoryview(buf)
     chunk_size_bytes = 1 << 20
     pos = start + 1
@@ -507,8 +596,11 @@ def find_next_frame(buf: bytes | memoryview, start: int, end: int) -> int | None
             length = frame_length(view, pos, end)
             if length > 0:
                 start = pos + HEADER_SIZE_BYTES
-                decode_payload(bytes(view[start : start + length]))
-                return pos
+                found = check_payload(bytes(view[start : start + length]))
+                if not commit_only or (isinstance(found, Control) and found.kind == COMMIT_KIND):
+                    return pos
+                pos = start + length  # a valid frame, not the one wanted: look after it
+                continue
         except CorruptRecord:
             pass
         pos += 1

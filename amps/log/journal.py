@@ -72,7 +72,7 @@ class _WriterThread:
     def __init__(self, writer: SegmentWriter) -> None:
         self._writer = writer
         self._work: queue.SimpleQueue[
-            tuple[list[bytes | Rotate], SegmentSummary | None, asyncio.AbstractEventLoop,
+            tuple[list[bytes | Rotate], SegmentSummary | None, bytes, asyncio.AbstractEventLoop,
                   Callable[[FlushResult], None]] | None
         ] = queue.SimpleQueue()  # fmt: skip
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
@@ -82,18 +82,20 @@ class _WriterThread:
         self,
         batch: list[bytes | Rotate],
         checkpoint: SegmentSummary | None,
+        commit: bytes,
         loop: asyncio.AbstractEventLoop,
         done: Callable[[FlushResult], None],
     ) -> None:
-        """Write and fsync `batch`; `done(result)` runs on `loop` afterwards."""
-        self._work.put((batch, checkpoint, loop, done))
+        """Write and fsync `batch` (see SegmentWriter.write_batch); `done(result)` runs on `loop`
+        afterwards."""
+        self._work.put((batch, checkpoint, commit, loop, done))
 
     def _run(self) -> None:
         while (item := self._work.get()) is not None:
-            batch, checkpoint, loop, done = item
+            batch, checkpoint, commit, loop, done = item
             result: FlushResult
             try:
-                result = self._writer.write_batch(batch, checkpoint)
+                result = self._writer.write_batch(batch, checkpoint, commit)
             except BaseException as exc:  # reported to the loop: the journal fails for good
                 result = exc
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
@@ -217,6 +219,8 @@ class Journal:
         self._last_timestamp_us = plan.last_timestamp_us
         self._sealed = [summary for _name, summary in sealed]
         self._active = tail_builder or SegmentBuilder(plan.next_txid)
+        if not self.read_only and self._active.size_bytes == 0:
+            self._active.add_control(codec.CONTROL_FRAME_BYTES)  # the writer opens it so
         self._checkpoint_at_bytes = self._active.size_bytes + CHECKPOINT_EVERY_BYTES
         if not self.read_only:
             self._writer = SegmentWriter(self.directory, self._active.first_txid)
@@ -329,6 +333,7 @@ class Journal:
             self._sealed.append(sealed)
             self._pending.append(Rotate(sealed, txid))
             active = self._active = SegmentBuilder(txid)
+            active.add_control(codec.CONTROL_FRAME_BYTES)  # the writer opens it with a header
         active.add(size, txid, timestamp_us, publisher_id, seq)
         self._pending.append(frame)
         self._pending_bytes += size
@@ -368,13 +373,20 @@ class Journal:
         checkpoint = None
         if force_checkpoint or active.size_bytes >= self._checkpoint_at_bytes:
             # Bounds the part of the newest segment that a reopen must scan (time to open).
+            # Taken before the commit marker: a reopen scans from there and checks the marker.
             checkpoint = active.summary()
             self._checkpoint_at_bytes = active.size_bytes + CHECKPOINT_EVERY_BYTES
+        commit = b""
+        if last_txid > self._durable_txid:
+            commit = codec.encode_commit(self._durable_txid + 1, last_txid)
+            active.add_control(len(commit))
         if self._writer_thread is None:
             self._writer_thread = _WriterThread(self._writer)
         self._flushing = True
         loop = asyncio.get_running_loop()
-        self._writer_thread.submit(batch, checkpoint, loop, partial(self._flushed, last_txid))
+        self._writer_thread.submit(
+            batch, checkpoint, commit, loop, partial(self._flushed, last_txid)
+        )
 
     def _flushed(self, last_txid: int, result: FlushResult) -> None:
         """On the loop: the writer is done with a batch; wake everyone waiting for it."""

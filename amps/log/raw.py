@@ -156,9 +156,14 @@ def _scan(buf: bytes, from_txid: int, last_txid: int, out: list[RawPublish]) -> 
             continue
         if crc_of(buf[offset + 8 : stop]) != crc:
             raise CorruptRecord("frame checksum mismatch", offset=offset)
-        # Other kinds are skipped (every kind starts with kind and txid); a short, malformed or
-        # unknown record is decoded the ordinary way, so codec says what is wrong with it.
-        seen = txid if kind in _OTHER_KINDS else codec.decode(buf, offset, stop)[0][0].txid
+        # Other kinds are skipped (every kind starts with kind and txid); a control frame, or a
+        # short, malformed or unknown record, is decoded the ordinary way (codec checks it).
+        if kind in _OTHER_KINDS:
+            seen = txid
+        else:  # a control frame (no txid), or a record to check the ordinary way
+            decoded = codec.decode(buf, offset, stop)[0]
+            if decoded:
+                seen = decoded[0].txid
         offset = stop
     if offset == 0:
         return 0, from_txid

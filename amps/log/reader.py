@@ -101,7 +101,7 @@ class SegmentReader:
                 records, consumed = codec.decode(chunk, 0, len(chunk), left)
             except CorruptRecord as exc:
                 raise located(exc, segment.first_txid, offset) from None
-            if not records:
+            if not consumed:
                 if len(chunk) < size:
                     raise ends_before(segment.first_txid, from_txid + want - 1, offset)
                 size *= 2  # one frame longer than the read

@@ -1,10 +1,14 @@
 """Crash recovery decisions over segment summaries (L8). [core]
 
-Rule 1: only the newest segment may end badly. A torn tail there (an incomplete frame, or damaged
-frames with no valid frame after them) was never acknowledged: it is cut.
-Rule 2: damage followed by a valid record is not a torn write but corruption of data that may have
-been acknowledged: refuse to start, naming the segment file and offset.
-Rule 3: segments must cover txids without gaps or overlaps; a missing file is corruption.
+Rule 1: only the newest segment may end badly. A torn tail there was never acknowledged: it is
+cut, and the cut is reported (segment, offset, txids, why it could not have been acknowledged).
+Rule 2: damage followed by a commit marker is not a torn write: the fsync before that marker made
+the damaged bytes durable, so they may have been acknowledged. Refuse to start, naming the
+segment, the offset and the txids. The writer writes the marker after each fsync and before any
+acknowledgement, so a torn tail is exactly damage with no commit marker after it.
+Rule 3: a segment of format 1 (before commit markers) cannot tell the two apart: damage followed
+by any valid frame is refused there, as Rule 2.
+Rule 4: segments must cover txids without gaps or overlaps; a missing file is corruption.
 The journal gathers the inputs (summaries, a scan of the newest segment) and executes the plan.
 """
 
@@ -17,7 +21,16 @@ from amps.errors import CorruptRecord
 from amps.log.dedup import PublisherMarks
 from amps.log.segments import SegmentSummary
 
-__all__ = ["RecoveryPlan", "TailScan", "check_sealed", "plan_recovery"]
+__all__ = ["CommitMarker", "RecoveryPlan", "TailScan", "check_sealed", "plan_recovery"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitMarker:
+    """A commit marker found in a segment: the fsync before `offset` made these txids durable."""
+
+    offset: int
+    first_txid: int
+    last_txid: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +42,9 @@ class TailScan:
     file_size_bytes: int
     problem: str = ""  # why decoding stopped before the end of the file ("" if it did not)
     next_valid_offset: int | None = None  # a valid frame found after the damage, if any
+    format_version: int = 1  # from the segment header (1: a segment written before headers)
+    commit_after: CommitMarker | None = None  # the first commit marker after the damage
+    last_txid_after: int = 0  # the highest txid of a valid record after the damage (0: none)
 
     def __post_init__(self) -> None:
         assert self.summary.size_bytes <= self.file_size_bytes
@@ -99,19 +115,41 @@ def plan_recovery(
     truncate: int | None = None
     reason = ""
     if tail is not None and tail.summary.size_bytes < tail.file_size_bytes:
-        offset = tail.summary.size_bytes
-        if tail.next_valid_offset is not None:
-            raise CorruptRecord(
-                f"{tail.problem or 'damaged record'} in segment {tail.name} at offset {offset}, "
-                f"followed by a valid record at offset {tail.next_valid_offset}: refusing to "
-                "start on a corrupt transaction log",
-                segment=tail.name,
-                offset=offset,
-            )
-        truncate = offset
-        reason = (
-            f"cut torn tail of segment {tail.name} at offset {offset} "
-            f"({tail.file_size_bytes - offset} bytes: {tail.problem or 'incomplete record'})"
-        )
+        truncate = tail.summary.size_bytes
+        reason = _check_torn_tail(tail)
     start = 1 if first_txid is None else first_txid
     return RecoveryPlan(truncate, reason, start, expected or start, last_ts, marks)
+
+
+def _check_torn_tail(tail: TailScan) -> str:
+    """Rules 1-3 for a newest segment that stops decoding early: what to say about the cut, or
+    CorruptRecord when the damaged bytes may have been acknowledged."""
+    offset = tail.summary.size_bytes
+    problem = tail.problem or "damaged record"
+    first_cut = tail.summary.last_txid + 1
+    commit = tail.commit_after
+    if commit is not None:
+        raise CorruptRecord(
+            f"{problem} in segment {tail.name} at offset {offset}, before the commit marker at "
+            f"offset {commit.offset}: txids {first_cut}..{commit.last_txid} were made durable "
+            "and could have been acknowledged; refusing to start on a corrupt transaction log",
+            segment=tail.name,
+            offset=offset,
+        )
+    if tail.format_version < 2 and tail.next_valid_offset is not None:
+        raise CorruptRecord(
+            f"{problem} in segment {tail.name} at offset {offset}, followed by a valid record at "
+            f"offset {tail.next_valid_offset} (segment format 1, without commit markers): "
+            "refusing to start on a corrupt transaction log",
+            segment=tail.name,
+            offset=offset,
+        )
+    if tail.last_txid_after >= first_cut:
+        txids = f"txids {first_cut}..{tail.last_txid_after}"
+    else:
+        txids = f"txid {first_cut} and later, if the damaged bytes held records"
+    return (
+        f"cut torn tail of segment {tail.name} at offset {offset} "
+        f"({tail.file_size_bytes - offset} bytes: {problem}; {txids}): it could not have been "
+        "acknowledged (no commit marker follows it)"
+    )

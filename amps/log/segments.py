@@ -153,6 +153,10 @@ class SegmentBuilder:
                 first_seq[pub] = seq
         return offset
 
+    def add_control(self, frame_size_bytes: int) -> None:
+        """Account for a control frame (segment header, commit marker) appended at the end."""
+        self.size_bytes += frame_size_bytes
+
     # The live sparse index: appended to, never rewritten, so readers may hold on to it.
     @property
     def index_txids(self) -> array[int]:

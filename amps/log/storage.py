@@ -17,8 +17,8 @@ import google_crc32c
 
 from amps.errors import CorruptRecord
 from amps.log import codec
-from amps.log.records import RecordKind
-from amps.log.recovery import TailScan
+from amps.log.records import Record, RecordKind
+from amps.log.recovery import CommitMarker, TailScan
 from amps.log.segments import (
     SegmentBuilder,
     SegmentSummary,
@@ -57,8 +57,11 @@ def _chunks(path: Path, offset: int = 0) -> Iterator[tuple[int, bytes]]:
             offset += len(data)
 
 
-def iter_keys(path: Path, offset: int = 0) -> Iterator[tuple[int, int, int, int, int, int]]:
-    """(offset, size, txid, timestamp_us, publisher_id, seq) of each valid frame, in file order.
+def iter_keys(
+    path: Path, offset: int = 0, *, controls: bool = False
+) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """(offset, size, txid, timestamp_us, publisher_id, seq) of each valid record, in file order;
+    with `controls`, control frames too, as (offset, size, -1, 0, 0, 0).
 
     Stops silently at an incomplete frame at the end; raises CorruptRecord (with the file offset)
     at damage. publisher_id and seq are 0 for records other than publishes.
@@ -69,7 +72,7 @@ def iter_keys(path: Path, offset: int = 0) -> Iterator[tuple[int, int, int, int,
         while True:
             buf = os.pread(f.fileno(), size, pos)
             try:
-                off = yield from _keys_in_chunk(buf, pos)
+                off = yield from _keys_in_chunk(buf, pos, controls)
                 if len(buf) < size:  # end of file: what is left must be a frame's beginning
                     if off < len(buf):
                         codec.frame_length(buf, off, len(buf))
@@ -82,7 +85,7 @@ def iter_keys(path: Path, offset: int = 0) -> Iterator[tuple[int, int, int, int,
 
 
 def _keys_in_chunk(
-    buf: bytes, pos: int
+    buf: bytes, pos: int, controls: bool
 ) -> Generator[tuple[int, int, int, int, int, int], None, int]:
     """Keys of the complete frames in `buf` (file offset `pos`); returns the offset reached."""
     unpack = _SCAN.unpack_from
@@ -99,6 +102,15 @@ def _keys_in_chunk(
         if crc_value(buf[off + 8 : end]) != crc:
             raise CorruptRecord("frame checksum mismatch", offset=off)
         if kind != RecordKind.PUBLISH:
+            if kind in codec.CONTROL_KINDS:  # a segment header or commit marker: no record
+                try:
+                    codec.decode_control(buf[off + codec.HEADER_SIZE_BYTES : end])
+                except CorruptRecord as exc:
+                    raise CorruptRecord(exc.message, offset=off) from None
+                if controls:
+                    yield pos + off, end - off, -1, 0, 0, 0
+                off = end
+                continue
             pub = seq = 0
         yield pos + off, end - off, txid, ts, pub, seq
         off = end
@@ -108,7 +120,8 @@ def _keys_in_chunk(
 def scan_segment(
     path: Path, first_txid: int, start: SegmentBuilder | None = None
 ) -> tuple[TailScan, SegmentBuilder]:
-    """Summarise a segment's valid records; report where and why decoding stopped, if early.
+    """Summarise a segment's valid records; report where and why decoding stopped, if early,
+    and what lies after the damage (see recovery.TailScan).
 
     `start` (a checkpoint) covers a prefix already known valid; scanning resumes after it. Also
     returns the builder, ready to take further appends after the valid records.
@@ -116,7 +129,10 @@ def scan_segment(
     builder = start or SegmentBuilder(first_txid)
     problem = ""
     try:
-        for _off, size, txid, ts, pub, seq in iter_keys(path, builder.size_bytes):
+        for _off, size, txid, ts, pub, seq in iter_keys(path, builder.size_bytes, controls=True):
+            if txid < 0:
+                builder.add_control(size)
+                continue
             if txid != builder.last_txid + 1:
                 raise CorruptRecord(
                     f"txid {txid} out of sequence (expected {builder.last_txid + 1})",
@@ -128,26 +144,82 @@ def scan_segment(
     file_size = path.stat().st_size
     stop = builder.size_bytes
     next_valid: int | None = None
+    commit: CommitMarker | None = None
+    last_after = 0
     if stop < file_size:
         problem = problem or "incomplete record"
-        next_valid = _find_valid_after(path, stop, file_size)
-    return TailScan(path.name, builder.summary(), file_size, problem, next_valid), builder
+        for offset, item in valid_frames_after(path, stop, file_size):
+            if next_valid is None:
+                next_valid = offset
+            if isinstance(item, codec.Control):
+                if item.kind == codec.COMMIT_KIND:
+                    commit = CommitMarker(offset, item.first_txid, item.last_txid)
+                    break
+            else:
+                last_after = max(last_after, item.txid)
+    version = format_version(path)
+    scan = TailScan(path.name, builder.summary(), file_size, problem, next_valid, version, commit,
+                    last_after)  # fmt: skip
+    return scan, builder
 
 
-def _find_valid_after(path: Path, offset: int, file_size: int) -> int | None:
-    """Offset of a valid frame after the damage at `offset`; reads in overlapping windows."""
-    # Windows overlap by 1 MiB: a valid frame longer than that, straddling a window's end, is
-    # missed, but the frame after it is found (this only runs on a damaged log).
-    window = SCAN_CHUNK_BYTES + (1 << 20)
+def format_version(path: Path) -> int:
+    """The format of a segment: its header's version, or 1 for a segment without a header."""
+    with path.open("rb", buffering=0) as f:
+        head = os.pread(f.fileno(), codec.CONTROL_FRAME_BYTES, 0)
+    try:
+        length = codec.frame_length(head, 0, len(head))
+        if length > 0:
+            control = codec.check_payload(head[codec.HEADER_SIZE_BYTES :])
+            if isinstance(control, codec.Control) and control.format_version:
+                return control.format_version
+    except CorruptRecord:
+        pass
+    return 1
+
+
+def valid_frames_after(
+    path: Path, offset: int, file_size: int
+) -> Iterator[tuple[int, Record | codec.Control]]:
+    """(file offset, decoded frame) of every valid frame after the damaged one at `offset`,
+    finding the next one again after further damage; only runs on a damaged log."""
+    # A search for the next frame reads windows that overlap by 1 MiB: a valid frame longer than
+    # that, straddling a window's end, is missed, but the frame after it is found.
+    overlap = 1 << 20
+    window = SCAN_CHUNK_BYTES + overlap
     with path.open("rb", buffering=0) as f:
         pos = offset
+        searching = True
         while pos < file_size:
             buf = os.pread(f.fileno(), window, pos)
-            found = codec.find_next_frame(buf, 0 if pos == offset else -1, len(buf))
-            if found is not None:
-                return pos + found
-            pos += SCAN_CHUNK_BYTES
-    return None
+            at = 0
+            if searching:
+                hit = codec.find_next_frame(buf, 0, len(buf))
+                if hit is None:
+                    if pos + len(buf) >= file_size:
+                        return
+                    pos += len(buf) - overlap
+                    continue
+                at, searching = hit, False
+            size = len(buf)
+            while True:
+                try:
+                    length = codec.frame_length(buf, at, size)
+                    if length < 0:
+                        break  # incomplete here: the next window starts with it
+                    start = at + codec.HEADER_SIZE_BYTES
+                    item = codec.check_payload(buf[start : start + length])
+                except CorruptRecord:
+                    searching = True  # look again after this frame's first byte
+                    break
+                yield pos + at, item
+                at = start + length
+            if at == 0 and not searching:
+                if pos + size >= file_size:
+                    return  # an incomplete frame ends the file
+                window *= 2  # one frame longer than the window
+                continue
+            pos += at
 
 
 def load_summary(directory: Path, first_txid: int, size_bytes: int) -> SegmentSummary | None:
@@ -219,20 +291,35 @@ class SegmentWriter:
         self._fd = self._open(first_txid)
 
     def _open(self, first_txid: int) -> int:
+        """Open a segment for appending; an empty one gets its segment header first (the
+        journal counts it: see `new_builder`)."""
         path = self.directory / segment_name(first_txid)
         existed = path.exists()
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if not existed:
-            fsync_directory(self.directory)  # the new file's name must survive a crash too
+        try:
+            if os.fstat(fd).st_size == 0:
+                _write_all(fd, codec.encode_segment_header(first_txid))
+            if not existed:
+                fsync_directory(self.directory)  # the new file's name must survive a crash too
+        except BaseException:
+            os.close(fd)
+            raise
         return fd
 
     def write_batch(
-        self, items: list[bytes | Rotate], checkpoint: SegmentSummary | None = None
+        self,
+        items: list[bytes | Rotate],
+        checkpoint: SegmentSummary | None = None,
+        commit: bytes = b"",
     ) -> list[float]:
         """Write the batch and fsync it; return the duration of each fsync in seconds.
 
-        `checkpoint`, the active segment's summary at the end of the batch, is written after the
-        fsync, so it never describes bytes that are not durable.
+        `commit`, the batch's commit marker, is written right after the last fsync and before
+        this returns (so before any acknowledgement goes out): an acknowledged record is always
+        followed by a marker, and recovery can tell damage it must refuse from a torn write it
+        may cut. `checkpoint`, the active segment's summary at the end of the batch (without
+        the marker), is written after the fsync, so it never describes bytes that are not
+        durable.
         """
         durations: list[float] = []
         chunk: list[bytes] = []
@@ -251,6 +338,8 @@ class SegmentWriter:
         if chunk:
             _write_all(self._fd, b"".join(chunk))
         durations.append(self._fsync())
+        if commit:
+            _write_all(self._fd, commit)
         if checkpoint is not None:
             write_summary(self.directory, checkpoint, checkpoint=True)
         return durations

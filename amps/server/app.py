@@ -109,13 +109,16 @@ class Server:
         directory = self._journal_directory()
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            return Journal.open(
+            journal = Journal.open(
                 directory,
                 segment_size_bytes=txlog.journal_size_bytes,
                 flush_interval_ms=max(1, txlog.flush_interval_us // 1000),
                 instance_name=self.config.name,
                 group=self.config.group,
             )
+            if journal.recovery_note:
+                log.warning("journal %s: %s", directory, journal.recovery_note)
+            return journal
         except errors.CorruptRecord as exc:
             fatal(FatalReason.JOURNAL_CORRUPT, f"journal {directory}: {exc.message}")
         except (OSError, errors.JournalError) as exc:

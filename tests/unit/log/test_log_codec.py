@@ -209,3 +209,45 @@ def test_a_wrong_queue_record_version_is_corrupt() -> None:
     payload[-11] = 3  # the version byte before one (u64, u16) pair
     with pytest.raises(CorruptRecord, match="does not match"):
         codec.decode_payload(bytes(payload))
+
+
+def test_control_frames_carry_no_record_and_are_skipped() -> None:
+    """Segment headers and commit markers take no txid: readers of records step over them."""
+    head = codec.encode_segment_header(1)
+    first = codec.encode(QueueRecord(1, 1, "q", QueueAction.ACK))
+    commit = codec.encode_commit(1, 1)
+    second = codec.encode(QueueRecord(2, 2, "q", QueueAction.ACK))
+    buf = head + first + commit + second
+    decoded, consumed = codec.decode(buf)
+    assert [r.txid for r in decoded] == [1, 2]
+    assert consumed == len(buf)
+    assert len(head) == len(commit) == codec.CONTROL_FRAME_BYTES
+    assert codec.decode(buf, limit=1)[0][0].txid == 1
+    assert codec.decode(buf, len(head) + len(first), limit=1)[0][0].txid == 2
+    marker = codec.check_payload(commit[codec.HEADER_SIZE_BYTES :])
+    assert marker == codec.Control(codec.COMMIT_KIND, 1, 1, 0)
+    header = codec.check_payload(head[codec.HEADER_SIZE_BYTES :])
+    assert header == codec.Control(codec.SEGMENT_HEADER_KIND, 1, 0, codec.SEGMENT_FORMAT_VERSION)
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (bytes([codec.COMMIT_KIND]) + bytes(31), "control frame of 32 bytes"),
+        (bytes([codec.COMMIT_KIND]) + (1).to_bytes(8, "little") + bytes(24), "malformed"),
+        (bytes([codec.COMMIT_KIND]) + bytes(8) + (5).to_bytes(8, "little") + bytes(16), "5..0"),
+        (bytes([codec.SEGMENT_HEADER_KIND]) + bytes(24) + (9).to_bytes(8, "little"), "version 9"),
+    ],
+)
+def test_malformed_control_frames_are_corrupt(payload: bytes, message: str) -> None:
+    with pytest.raises(CorruptRecord, match=message):
+        codec.decode_control(payload)
+
+
+def test_find_next_frame_can_look_for_commit_markers_only() -> None:
+    record = codec.encode(QueueRecord(1, 1, "q", QueueAction.ACK))
+    commit = codec.encode_commit(1, 1)
+    buf = b"junk" + record + commit
+    assert codec.find_next_frame(buf, 0, len(buf)) == 4
+    assert codec.find_next_frame(buf, 0, len(buf), commit_only=True) == 4 + len(record)
+    assert codec.find_next_frame(b"junk" + record, 0, 4 + len(record), commit_only=True) is None

@@ -8,7 +8,7 @@ import pytest
 
 from amps.errors import CorruptRecord
 from amps.log.dedup import PublisherMarks
-from amps.log.recovery import TailScan, check_sealed, plan_recovery
+from amps.log.recovery import CommitMarker, TailScan, check_sealed, plan_recovery
 from amps.log.segments import SegmentBuilder, SegmentSummary, decode_summary, encode_summary
 
 
@@ -37,9 +37,11 @@ def _summary(first: int, count: int, ts: int = 0, pubs: dict[int, tuple[int, int
 
 
 def _tail(first: int, count: int, file_size: int, valid_size: int, *, next_valid: int | None = None,
-          problem: str = "") -> TailScan:  # fmt: skip
+          problem: str = "", version: int = 1, commit: CommitMarker | None = None,
+          last_after: int = 0) -> TailScan:  # fmt: skip
     summary = _summary(first, count, ts=10_000, size=valid_size)
-    return TailScan("t.journal", summary, file_size, problem, next_valid)
+    return TailScan("t.journal", summary, file_size, problem, next_valid, version, commit,
+                    last_after)  # fmt: skip
 
 
 def test_clean_log_needs_no_cut() -> None:
@@ -72,6 +74,26 @@ def test_damage_followed_by_valid_record_is_refused() -> None:
     with pytest.raises(CorruptRecord, match="followed by a valid record") as caught:
         plan_recovery([], _tail(1, 2, 700, 100, next_valid=300, problem="frame checksum mismatch"))
     assert (caught.value.segment, caught.value.offset) == ("t.journal", 100)
+
+
+def test_damage_before_a_commit_marker_could_have_been_acknowledged() -> None:
+    """Rule 2: the fsync before a commit marker made the damaged bytes durable: refused, with
+    the txids that could have been acknowledged."""
+    commit = CommitMarker(offset=600, first_txid=3, last_txid=7)
+    with pytest.raises(CorruptRecord, match=r"txids 5\.\.7 .*could have been acknowledged") as c:
+        plan_recovery([], _tail(1, 4, 700, 100, next_valid=200, version=2, commit=commit))
+    assert (c.value.segment, c.value.offset) == ("t.journal", 100)
+
+
+def test_damage_without_a_commit_marker_after_it_is_cut_in_format_2() -> None:
+    """Rule 1: valid records after the damage but no commit marker: a torn, unsynced write."""
+    plan = plan_recovery(
+        [], _tail(1, 4, 700, 100, next_valid=200, version=2, last_after=9, problem="bad magic")
+    )
+    assert plan.truncate_to_bytes == 100
+    assert "txids 5..9" in plan.cut_reason
+    assert "could not have been acknowledged" in plan.cut_reason
+    assert "600 bytes" in plan.cut_reason
 
 
 def test_a_gap_between_segments_is_refused() -> None:

@@ -18,8 +18,10 @@ from amps.log.bookmarks import (
     Now,
     parse_bookmark_spec,
 )
+from amps.log.codec import SEGMENT_FORMAT_VERSION, encode
 from amps.log.journal import Journal
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, TransferRecord
+from amps.log.storage import format_version, iter_keys
 
 SEGMENT_SIZE_BYTES = 16 * 1024
 
@@ -48,6 +50,11 @@ def _summaries(directory: Path) -> list[Path]:
 
 def _checkpoints(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.tail"))
+
+
+def _record_offsets(path: Path) -> list[int]:
+    """The file offset of each record in a segment (control frames left out)."""
+    return [offset for offset, _size, *_keys in iter_keys(path)]
 
 
 def _forget_checkpoints(directory: Path) -> None:
@@ -169,22 +176,50 @@ async def test_torn_tail_garbage_is_cut(tmp_path: Path, garbage: bytes) -> None:
 
 
 async def test_partial_last_record_is_cut(tmp_path: Path) -> None:
-    """L8: a record cut short by a crash (every truncation point of it) disappears."""
+    """L8: a record cut short by a crash (every truncation point of it) disappears, with a
+    warning naming the segment, the offset and the txids: no commit marker follows it, so it
+    could not have been acknowledged."""
     journal = _open(tmp_path)
     await _fill(journal, 10)
     await journal.close()
     newest = _segments(tmp_path)[-1]
     whole = newest.read_bytes()
-    frame_size = len(whole) // 10
-    for keep in (1, 11, 12, 50, frame_size - 1):
-        newest.write_bytes(whole[: len(whole) - frame_size + keep])
+    *_, before, last = _record_offsets(newest)
+    for keep in (1, 11, 12, 50, last - before - 1):
+        newest.write_bytes(whole[: last + keep])
+        _forget_checkpoints(tmp_path)
         reopened = _open(tmp_path)
         assert reopened.last_txid == 9
-        assert newest.stat().st_size == len(whole) - frame_size
+        assert newest.stat().st_size == last
+        note = reopened.recovery_note
+        assert f"segment {newest.name} at offset {last}" in note
+        assert "txid 10" in note
+        assert "could not have been acknowledged" in note
         await reopened.close()
 
 
-async def test_bad_crc_in_last_record_is_cut(tmp_path: Path) -> None:
+async def test_damaged_last_acknowledged_record_refuses_to_start(tmp_path: Path) -> None:
+    """L8, issue 11: the newest record, damaged before its commit marker, could have been
+    acknowledged: never cut, refused with the segment, the offset and the txid range."""
+    journal = _open(tmp_path)
+    await _fill(journal, 10)
+    await journal.close()
+    newest = _segments(tmp_path)[-1]
+    data = bytearray(newest.read_bytes())
+    last = _record_offsets(newest)[-1]
+    data[last + 30] ^= 0x01
+    newest.write_bytes(bytes(data))
+    _forget_checkpoints(tmp_path)
+    with pytest.raises(CorruptRecord, match="could have been acknowledged") as caught:
+        _open(tmp_path)
+    assert (caught.value.segment, caught.value.offset) == (newest.name, last)
+    assert "txids 10..10" in str(caught.value)
+    assert newest.stat().st_size == len(data)  # nothing was cut
+
+
+async def test_a_damaged_commit_marker_alone_loses_no_record(tmp_path: Path) -> None:
+    """Damage to the last bytes of the newest segment (its commit marker): the marker is cut,
+    every record stays."""
     journal = _open(tmp_path)
     await _fill(journal, 10)
     await journal.close()
@@ -194,8 +229,43 @@ async def test_bad_crc_in_last_record_is_cut(tmp_path: Path) -> None:
     newest.write_bytes(bytes(data))
     _forget_checkpoints(tmp_path)
     reopened = _open(tmp_path)
-    assert reopened.last_txid == 9
+    assert reopened.last_txid == 10
+    assert len(reopened.read(1, 100)) == 10
+    assert "cut torn tail" in reopened.recovery_note
+    await _fill(reopened, 5, start_seq=11)
     await reopened.close()
+    again = _open(tmp_path)
+    assert [r.txid for r in again.read(1, 100)] == list(range(1, 16))
+    await again.close()
+
+
+async def test_a_torn_unsynced_batch_with_valid_records_after_the_damage_is_cut(
+    tmp_path: Path,
+) -> None:
+    """The design doc's former known limit: power lost mid-write, a later page persisted but an
+    earlier one not. Damage followed by valid records but no commit marker was never
+    acknowledged: cut with a warning, not refused."""
+    journal = _open(tmp_path)
+    await _fill(journal, 10)
+    await journal.close()
+    newest = _segments(tmp_path)[-1]
+    durable = newest.read_bytes()
+    reopened = _open(tmp_path)
+    await _fill(reopened, 5, start_seq=11)
+    await reopened.close()
+    offsets = _record_offsets(newest)
+    data = bytearray(newest.read_bytes())
+    end = offsets[-1] + (offsets[-1] - offsets[-2])  # the last record's end: its marker follows
+    data = data[:end]  # the batch's commit marker never reached the disk
+    data[offsets[11] + 20] ^= 0xFF  # txid 12 torn; 13..15 intact after it
+    newest.write_bytes(bytes(data))
+    _forget_checkpoints(tmp_path)
+    again = _open(tmp_path)
+    assert again.last_txid == 11
+    assert newest.stat().st_size == offsets[11]
+    assert "txids 12..15" in again.recovery_note
+    assert len(durable) < offsets[11]
+    await again.close()
 
 
 async def test_corruption_followed_by_valid_records_refuses_to_start(tmp_path: Path) -> None:
@@ -205,16 +275,17 @@ async def test_corruption_followed_by_valid_records_refuses_to_start(tmp_path: P
     await journal.close()
     newest = _segments(tmp_path)[-1]
     data = bytearray(newest.read_bytes())
-    frame_size = len(data) // 10
-    data[3 * frame_size + 40] ^= 0xFF
+    fourth = _record_offsets(newest)[3]
+    data[fourth + 40] ^= 0xFF
     newest.write_bytes(bytes(data))
     _forget_checkpoints(tmp_path)
     with pytest.raises(CorruptRecord) as caught:
         _open(tmp_path)
     assert caught.value.segment == newest.name
-    assert caught.value.offset == 3 * frame_size
+    assert caught.value.offset == fourth
     assert newest.stat().st_size == len(data)  # nothing was cut
     assert newest.name in str(caught.value)
+    assert "txids 4..10" in str(caught.value)
 
 
 async def test_corruption_in_a_sealed_segment_refuses_to_start(tmp_path: Path) -> None:
@@ -407,8 +478,8 @@ async def test_checkpoint_bounds_the_scan_and_damage_is_caught_on_read(tmp_path:
     assert len(_checkpoints(tmp_path)) == 1
     newest = _segments(tmp_path)[-1]
     data = bytearray(newest.read_bytes())
-    frame_size = len(data) // 10
-    data[3 * frame_size + 40] ^= 0xFF
+    fourth = _record_offsets(newest)[3]
+    data[fourth + 40] ^= 0xFF
     newest.write_bytes(bytes(data))
     reopened = _open(tmp_path)
     assert reopened.last_txid == 10
@@ -416,7 +487,7 @@ async def test_checkpoint_bounds_the_scan_and_damage_is_caught_on_read(tmp_path:
     assert len(reopened.read(1, 3)) == 3
     with pytest.raises(CorruptRecord, match="checksum") as caught:
         reopened.read(1, 10)
-    assert (caught.value.segment, caught.value.offset) == (newest.name, 3 * frame_size)
+    assert (caught.value.segment, caught.value.offset) == (newest.name, fourth)
     await reopened.close()
 
 
@@ -460,3 +531,47 @@ async def test_start_commit_writes_without_being_awaited(tmp_path: Path) -> None
     assert journal.durable_txid == 1
     assert journal.statistics().fsync_count == 1
     await journal.close()
+
+
+def _write_format_1_segment(directory: Path, count: int) -> Path:
+    """A segment as written before segment headers and commit markers: records only."""
+    frames = [
+        encode(PublishRecord(txid, 1_000 + txid, "orders", b"old %d" % txid, 7, txid))
+        for txid in range(1, count + 1)
+    ]
+    path = directory / "00000000000000000001.journal"
+    path.write_bytes(b"".join(frames))
+    return path
+
+
+async def test_a_format_1_segment_stays_readable_and_takes_appends(tmp_path: Path) -> None:
+    """Segments written before the format version 2 read back; appends continue in them."""
+    path = _write_format_1_segment(tmp_path, 5)
+    assert format_version(path) == 1
+    journal = _open(tmp_path)
+    assert [r.txid for r in journal.read(1, 100)] == [1, 2, 3, 4, 5]
+    await _fill(journal, 3, start_seq=6)
+    await journal.close()
+    again = _open(tmp_path)
+    assert [r.txid for r in again.read(1, 100)] == list(range(1, 9))
+    assert again.marks.high_water(7) == 8
+    await again.close()
+
+
+async def test_a_format_1_segment_refuses_damage_followed_by_a_valid_record(
+    tmp_path: Path,
+) -> None:
+    """Without commit markers a torn write cannot be told from damage: refused as before."""
+    path = _write_format_1_segment(tmp_path, 5)
+    data = bytearray(path.read_bytes())
+    data[_record_offsets(path)[3] + 20] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecord, match="segment format 1"):
+        _open(tmp_path)
+
+
+async def test_new_segments_open_with_a_header_of_the_current_format(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    await _fill(journal, 200)
+    await journal.close()
+    assert {format_version(path) for path in _segments(tmp_path)} == {SEGMENT_FORMAT_VERSION}
