@@ -70,6 +70,11 @@ class InstanceSnapshot:
     subscriptions: int
     record_cache_misses: int = 0
     queues: tuple[QueueSnapshot, ...] = field(default=())
+    client_queued_bytes: int = 0
+    client_queued_bytes_largest: int = 0
+    client_queued_bytes_limit: int = 0
+    client_queued_bytes_client_limit: int = 0
+    slow_consumer_disconnects: dict[str, int] = field(default_factory=dict)
 
 
 NODE = ("node",)
@@ -83,6 +88,15 @@ PUBLISHED_BYTES = MetricSpec(
     "amps_published_bytes", "counter", "Payload bytes published, by topic", NODE_TOPIC
 )
 FSYNC_SECONDS = MetricSpec("amps_journal_fsync_seconds", "histogram", "Journal fsync latency", NODE)
+
+SLOW_CONSUMER_DISCONNECTS = MetricSpec(
+    "amps_slow_consumer_disconnects",
+    "counter",
+    "Clients disconnected for holding too many unsent bytes, by the limit reached "
+    "(client: ClientMaxCapacity; instance: MessageMemoryLimit)",
+    (*NODE, "limit"),
+)
+SLOW_CONSUMER_LIMITS = ("client", "instance")
 
 InstanceReader = Callable[[InstanceSnapshot], float]
 QueueReader = Callable[[QueueStatistics], float]
@@ -149,6 +163,42 @@ INSTANCE_METRICS: tuple[tuple[MetricSpec, InstanceReader], ...] = (
     (
         MetricSpec("amps_connected_clients", "gauge", "Client connections", NODE),
         lambda s: s.connected_clients,
+    ),
+    (
+        MetricSpec(
+            "amps_client_queued_bytes",
+            "gauge",
+            "Bytes queued to all clients and not yet written",
+            NODE,
+        ),
+        lambda s: s.client_queued_bytes,
+    ),
+    (
+        MetricSpec(
+            "amps_client_queued_bytes_largest",
+            "gauge",
+            "Bytes queued to the one client holding the most",
+            NODE,
+        ),
+        lambda s: s.client_queued_bytes_largest,
+    ),
+    (
+        MetricSpec(
+            "amps_client_queued_bytes_limit",
+            "gauge",
+            "MessageMemoryLimit: bytes all clients may hold before the largest is disconnected",
+            NODE,
+        ),
+        lambda s: s.client_queued_bytes_limit,
+    ),
+    (
+        MetricSpec(
+            "amps_client_queued_bytes_client_limit",
+            "gauge",
+            "Bytes one client may hold before it is disconnected (ClientMaxCapacity)",
+            NODE,
+        ),
+        lambda s: s.client_queued_bytes_client_limit,
     ),
     (
         MetricSpec("amps_subscriptions", "gauge", "Pub/sub subscriptions", NODE),
@@ -319,6 +369,7 @@ def all_metrics() -> list[MetricSpec]:
         PUBLISHED_MESSAGES,
         PUBLISHED_BYTES,
         *(spec for spec, _ in INSTANCE_METRICS),
+        SLOW_CONSUMER_DISCONNECTS,
         FSYNC_SECONDS,
         *(spec for spec, _ in QUEUE_METRICS),
         QUEUE_EXPIRED,
@@ -353,6 +404,10 @@ class _InstanceCollector:
             family = _family(spec)
             family.add_metric([s.node], read(s))
             yield family
+        disconnects = _family(SLOW_CONSUMER_DISCONNECTS)
+        for limit in SLOW_CONSUMER_LIMITS:
+            disconnects.add_metric([s.node, limit], s.slow_consumer_disconnects.get(limit, 0))
+        yield disconnects
         yield from self._queues(s)
 
     @staticmethod

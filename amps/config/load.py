@@ -32,6 +32,7 @@ from amps.config.sections import (
     parse_transaction_log,
     parse_transports,
 )
+from amps.config.units import parse_percent, size
 from amps.errors import ConfigError
 
 ROOT = "AMPSConfig"
@@ -48,6 +49,9 @@ RESERVED_SECTIONS = (
 TYPED_SECTIONS = ("Admin", "Transports", "TransactionLog", "SOW", "Actions", "Replication")
 # Real configurations are a few kilobytes; a file past this is the wrong file.
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+SLOW_CLIENT_ELEMENTS = ("MessageMemoryLimit", "ClientMaxCapacity")
+MIN_MESSAGE_MEMORY_LIMIT_BYTES = 64 * 1024
+CLIENT_SHARE_MESSAGES = 4
 
 
 class ConfigErrors(ConfigError):
@@ -127,7 +131,9 @@ def _parse_xml(text: str) -> Element:
 
 def _read_root(reader: Reader, root: Element) -> Config | None:
     fields = reader.children(
-        root, ROOT, single=("Name", "Group", *TYPED_SECTIONS, *RESERVED_SECTIONS)
+        root,
+        ROOT,
+        single=("Name", "Group", *TYPED_SECTIONS, *SLOW_CLIENT_ELEMENTS, *RESERVED_SECTIONS),
     )
     name = reader.required(fields, "Name", parse_name, "the instance Name")
     group = reader.value(fields, "Group", parse_name, name)
@@ -152,6 +158,11 @@ def _read_root(reader: Reader, root: Element) -> Config | None:
     reserved: list[RawElement] = [
         reader.raw(*hit) for tag in RESERVED_SECTIONS if (hit := fields.one(tag))
     ]
+    memory_limit = reader.optional(
+        fields, "MessageMemoryLimit", size(MIN_MESSAGE_MEMORY_LIMIT_BYTES, 2**62, "64KB", "4EB")
+    )
+    capacity_percent = reader.value(fields, "ClientMaxCapacity", parse_percent, 50)
+    _check_client_share(reader, memory_limit, capacity_percent, transports)
     if name is None or group is None:
         return None
     action_configs: tuple[ActionConfig, ...] = tuple(action for action, _ in actions)
@@ -165,4 +176,27 @@ def _read_root(reader: Reader, root: Element) -> Config | None:
         actions=action_configs,
         replication=replication,
         reserved=tuple(reserved),
+        message_memory_limit_bytes=memory_limit,
+        client_max_capacity_percent=capacity_percent,
     )
+
+
+def _check_client_share(
+    reader: Reader,
+    memory_limit_bytes: int | None,
+    capacity_percent: int,
+    transports: tuple[TransportConfig, ...],
+) -> None:
+    """A client's share of MessageMemoryLimit must hold a few of the largest messages, or one
+    message could disconnect any subscriber."""
+    if memory_limit_bytes is None:
+        return
+    largest = max((t.max_message_size_bytes for t in transports), default=1 << 20)
+    share = memory_limit_bytes * capacity_percent // 100
+    if share < CLIENT_SHARE_MESSAGES * largest:
+        reader.error(
+            f"{ROOT}/MessageMemoryLimit",
+            str(memory_limit_bytes),
+            f"a limit whose ClientMaxCapacity share ({capacity_percent}% = {share} bytes) holds "
+            f"at least {CLIENT_SHARE_MESSAGES} messages of MaxMessageSize ({largest} bytes)",
+        )

@@ -226,6 +226,10 @@ class Config:
     actions: tuple[ActionConfig, ...] = ()
     replication: ReplicationConfig | None = None
     reserved: tuple[RawElement, ...] = ()
+    # Slow-client limits (AMPS-REFERENCE §1.1, §8): bytes queued to all clients and not yet
+    # written (None = the instance's default), and the percentage of it one client may hold.
+    message_memory_limit_bytes: int | None = None
+    client_max_capacity_percent: int = 50
 
     @property
     def grpc_transport(self) -> TransportConfig | None:

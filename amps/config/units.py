@@ -144,6 +144,14 @@ def choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def parse_percent(text: str) -> int:
+    """`50%` or `50`: a whole percentage from 1 to 100."""
+    digits = text.strip().removesuffix("%").strip()
+    if not digits.isascii() or not digits.isdigit() or not 1 <= int(digits) <= 100:
+        raise ValueError("a percentage from 1% to 100%")
+    return int(digits)
+
+
 def parse_enabled(text: str) -> bool:
     """`enabled`/`true` -> True, `disabled`/`false` -> False."""
     folded = text.strip().casefold()

@@ -293,6 +293,7 @@ class Server:
         assert instance is not None
         journal = instance.journal
         stats = instance.statistics
+        budget = instance.send_budget.statistics()
         return InstanceSnapshot(
             node=self.config.name,
             published_by_topic=dict(stats.published_by_topic),
@@ -308,6 +309,14 @@ class Server:
             connected_clients=len(instance.sessions),
             subscriptions=len(instance.subscriptions),
             record_cache_misses=instance.records.misses,
+            client_queued_bytes=budget.queued_bytes,
+            client_queued_bytes_largest=budget.largest_client_bytes,
+            client_queued_bytes_limit=budget.max_bytes,
+            client_queued_bytes_client_limit=budget.max_client_bytes,
+            slow_consumer_disconnects={
+                "client": budget.client_disconnects,
+                "instance": budget.instance_disconnects,
+            },
             queues=tuple(
                 QueueSnapshot(name, driver.statistics())
                 for name, driver in sorted(instance.queues.drivers.items())

@@ -53,6 +53,10 @@ class ClientService(client_pb2_grpc.AmpsServicer):
         session.outbox.hops = self.instance.statistics.hops
         self.instance.sessions.add(session)
         reader = asyncio.create_task(self._read(session, request_iterator))
+        # A slow consumer's leases and subscriptions end as soon as it is cut, not when gRPC gets
+        # to write the status behind frames the client may never read (grpc.aio cannot reset
+        # one stream; a cancelled handler would leave the client waiting without any status).
+        session.outbox.on_cut = session.end_soon
         try:
             async for frame in session.outbox.frames():
                 yield frame
@@ -76,7 +80,7 @@ class ClientService(client_pb2_grpc.AmpsServicer):
             await session.wait_tasks()
         except asyncio.CancelledError:
             raise
-        except grpc.aio.AioRpcError:
+        except (grpc.aio.AioRpcError, grpc.aio.AbortError):
             pass
         except Exception:
             log.exception("connection %s: reading failed", session.peer)

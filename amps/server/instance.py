@@ -27,6 +27,7 @@ from amps.server.convert import success_ack
 from amps.server.hops import HopStatistics
 from amps.server.queue_manager import QueueManager
 from amps.server.record_cache import RecordCache
+from amps.server.send_budget import SendBudget
 from amps.server.subscriptions import Subscription, SubscriptionIndex
 from amps.server.topics import validate_topic_name
 from amps.v1 import client_pb2 as pb
@@ -73,6 +74,9 @@ class Instance:
         self.subscriptions = SubscriptionIndex()
         self.sessions_by_name: dict[str, Session] = {}
         self.sessions: set[Session] = set()
+        self.send_budget = SendBudget(
+            config.message_memory_limit_bytes, config.client_max_capacity_percent
+        )
         self.statistics = InstanceStatistics()
         self.dispatched_txid = journal.last_txid
         self._undispatched: list[PublishRecord] = []
@@ -142,6 +146,7 @@ class Instance:
             current.kick(errors.NameInUse(f"client name {client_name!r} logged on elsewhere"))
             self._forget_name(current)
         session.client_name = client_name
+        session.outbox.name = f"{client_name!r} ({session.peer})"
         session.user_id = user_id
         session.publisher_id = publisher_id_for(client_name)
         session.logged_on = True
@@ -157,9 +162,14 @@ class Instance:
             del self.sessions_by_name[session.client_name]
 
     def disconnected(self, session: Session) -> None:
+        """The connection ended (or was cut): leases return, subscriptions end; once only."""
+        if session.gone:
+            return
+        session.gone = True
         self.sessions.discard(session)
         self._forget_name(session)
         self._ack_waiting.discard(session)
+        session.outbox.release()
         session.cancel_tasks()
         for subscription in list(session.subscriptions.values()):
             self.remove_subscription(subscription)

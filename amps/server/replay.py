@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("amps.replay")
 
 READ_BATCH_RECORDS = 2_000
+# A read batch holds about this many bytes of data at most (large messages: fewer records).
+READ_BATCH_BYTES = 4 << 20
+FIRST_BATCH_RECORDS = 64
 # Deliveries are joined into chunks of this many (at most a frame's worth) or about this size.
 CHUNK_MESSAGES = MAX_FRAME_MESSAGES
 CHUNK_BYTES = 1 << 20
@@ -52,6 +55,7 @@ async def _replay(
     # Topic (as stored) -> its encoder, or None when the subscription's topic does not match.
     encoders: dict[bytes, DeliveryEncoder | None] = {}
     unknown = DeliveryEncoder(b"", ())  # a sentinel: "topic not seen yet"
+    batch_records = FIRST_BATCH_RECORDS  # until the records' size is known
     while not outbox.closed:
         limit = instance.dispatched_txid
         if position > limit:
@@ -59,13 +63,16 @@ async def _replay(
             subscription.live = True
             session.send(success_ack(cmd_id="", ack_type="completed", sub_id=subscription.sub_id))
             return
-        publishes, reached = reader.read(position, limit, READ_BATCH_RECORDS)
+        publishes, reached = reader.read(position, limit, batch_records)
         if reached == position:
             # Nothing readable below the dispatched point: the journal and dispatch disagree.
             log.error("replay for %s found no records at txid %d", subscription.sub_id, position)
             position = limit + 1
             continue
         position = reached
+        if publishes:
+            average = sum(len(p[7]) for p in publishes) // len(publishes) + 1
+            batch_records = max(1, min(READ_BATCH_RECORDS, READ_BATCH_BYTES // average))
         parts: list[bytes] = []
         count = size = delivered = 0
         for txid, ts, pub, seq, expiration_s, topic, correlation_id, data in publishes:
@@ -89,6 +96,12 @@ async def _replay(
                 delivered += count
                 parts = []
                 count = size = 0
+                if not outbox.drained:
+                    # Large messages: pace within the batch too, well inside the send budget.
+                    await outbox.wait_drained()
+                    if outbox.closed:
+                        subscription.delivered += delivered
+                        return
         if count:
             session.send_chunk(b"".join(parts), count)
             delivered += count

@@ -26,11 +26,12 @@ class Session:
     def __init__(self, instance: Instance, peer: str) -> None:
         self.instance = instance
         self.peer = peer
-        self.outbox = Outbox()
+        self.outbox = Outbox(instance.send_budget, peer)
         self.client_name = ""
         self.user_id = ""
         self.publisher_id = 0
         self.logged_on = False
+        self.gone = False  # Instance.disconnected ran
         self.subscriptions: dict[str, Subscription] = {}
         # sub_id -> queue name, for queue subscriptions (they live in the queue engines)
         self.queue_subscriptions: dict[str, str] = {}
@@ -94,6 +95,10 @@ class Session:
     def new_sub_id(self) -> str:
         self._next_sub_id += 1
         return f"{self._next_sub_id}"
+
+    def end_soon(self) -> None:
+        """End the session's leases and subscriptions on the next loop turn (it was cut)."""
+        asyncio.get_running_loop().call_soon(self.instance.disconnected, self)
 
     def kick(self, error: errors.AmpsError) -> None:
         """Disconnect this session with a status a client can read."""

@@ -7,7 +7,13 @@ import pytest
 from amps.batching import FrameLimits
 from amps.server import outbox as outbox_module
 from amps.server import wire
-from amps.server.outbox import DRAIN_LOW_WATER_MESSAGES, MAX_FRAME_MESSAGES, Outbox
+from amps.server.outbox import (
+    DRAIN_LOW_WATER_BYTES,
+    DRAIN_LOW_WATER_MESSAGES,
+    MAX_FRAME_MESSAGES,
+    Outbox,
+)
+from amps.server.send_budget import ENTRY_OVERHEAD_BYTES, SLOW_CONSUMER_STATUS, SendBudget
 from amps.v1 import client_pb2 as pb
 
 
@@ -83,19 +89,80 @@ async def test_replay_pacing_counts_messages_in_chunks() -> None:
     assert len([frame async for frame in frames]) == DRAIN_LOW_WATER_MESSAGES // 400
 
 
-async def test_a_client_too_far_behind_is_disconnected(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Live traffic is never paused; past the limit the stream ends with a readable reason."""
-    monkeypatch.setattr(outbox_module, "MAX_QUEUED_MESSAGES", 10)
-    box = Outbox()
+async def test_a_client_past_its_byte_share_is_disconnected_with_the_reason() -> None:
+    """Issue 11: live traffic is never paused; past ClientMaxCapacity of MessageMemoryLimit the
+    stream ends with a readable reason, the bytes are given back and the server is told."""
+    budget = SendBudget(100_000, 10)  # 10_000 bytes per client
+    box = Outbox(budget, "'slow' (test)")
+    cut: list[bool] = []
+    box.on_cut = lambda: cut.append(True)
+    entry = b"x" * (1_000 - ENTRY_OVERHEAD_BYTES)
     for _ in range(10):
-        box.put(b"x")
+        box.put(entry)
     assert not box.closed
-    box.put(b"x")
+    assert box.queued_bytes == budget.queued_bytes == 10_000
+    box.put(entry)
     assert box.closed
-    assert len(box) == 0
+    assert cut == [True]
+    assert len(box) == box.queued_bytes == budget.queued_bytes == 0
     assert box.close_reason is not None
-    assert box.close_reason[1].startswith("slow consumer")
+    assert box.close_reason[0] == SLOW_CONSUMER_STATUS
+    assert box.close_reason[1].startswith("slow consumer: 11000 bytes waiting to be sent")
+    assert "ClientMaxCapacity" in box.close_reason[1]
+    assert budget.statistics().client_disconnects == 1
     assert [frame async for frame in box.frames()] == []
+    box.put(entry)  # later deliveries to a cut connection are dropped, not counted
+    assert budget.queued_bytes == 0
+
+
+async def test_over_the_instance_limit_the_largest_client_is_disconnected() -> None:
+    """Issue 11: MessageMemoryLimit across all clients; the one holding the most is cut, even
+    when another client's put crossed the limit, and only that one."""
+    budget = SendBudget(10_000, 80)  # 8_000 per client
+    big, small = Outbox(budget, "big"), Outbox(budget, "small")
+    entry = b"x" * (1_000 - ENTRY_OVERHEAD_BYTES)
+    for _ in range(6):
+        big.put(entry)
+    for _ in range(4):
+        small.put(entry)
+    assert budget.queued_bytes == 10_000
+    assert not big.closed
+    small.put(entry)
+    assert big.closed
+    assert not small.closed
+    assert big.close_reason is not None
+    assert "MessageMemoryLimit" in big.close_reason[1]
+    assert budget.queued_bytes == small.queued_bytes == 5_000
+    stats = budget.statistics()
+    assert (stats.instance_disconnects, stats.client_disconnects) == (1, 0)
+    assert stats.largest_client_bytes == 5_000
+
+
+async def test_bytes_are_given_back_as_frames_leave_and_when_the_connection_ends() -> None:
+    """The bytes gauge counts what is queued and not yet handed to gRPC, chunks included."""
+    budget = SendBudget(1 << 30)
+    box = Outbox(budget)
+    box.put_many([wire.delivery_entry(txid=i + 1) for i in range(MAX_FRAME_MESSAGES + 3)])
+    box.put_chunk(_chunk(1, 10), 10)
+    assert budget.queued_bytes == box.queued_bytes > 0
+    frames = box.frames()
+    await anext(frames)
+    assert 0 < box.queued_bytes == budget.queued_bytes
+    await anext(frames)
+    assert box.queued_bytes == budget.queued_bytes == 0
+    box.put(wire.delivery_entry(txid=99))
+    box.release()
+    assert budget.queued_bytes == 0
+    assert budget.largest() is None
+
+
+async def test_replay_pacing_counts_bytes_too() -> None:
+    """A replay of large messages waits on bytes long before the message count matters."""
+    box = Outbox()
+    box.put_chunk(_chunk(1, 2, DRAIN_LOW_WATER_BYTES // 2), 2)
+    assert not box.drained
+    await anext(box.frames())
+    assert box.drained
 
 
 async def test_a_frame_leaves_at_once_and_what_comes_during_its_write_rides_the_next() -> None:
