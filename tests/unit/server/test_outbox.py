@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from amps.batching import FrameLimits
-from amps.server import outbox as outbox_module
 from amps.server import wire
 from amps.server.outbox import (
     DRAIN_LOW_WATER_BYTES,
