@@ -321,7 +321,7 @@ class LinkCore:
         if isinstance(frame, Hello):
             return self._on_hello(frame, now_ms)
         if isinstance(frame, Refusal):
-            reason = f"refused by {self.peer}: {frame.message}"
+            reason = f"by {self.peer}: {frame.message}"
             self._reset(reason)
             return [Close(reason, refused=True)]
         if self.state is not LinkState.READY:

@@ -15,7 +15,7 @@ import pytest
 
 from amps.client import Client
 from tests.cluster.checker import assert_clean, check
-from tests.harness.cluster import full_mesh, start_cluster
+from tests.harness.cluster import Cluster, cluster, full_mesh
 from tests.harness.instance import InstanceProcess
 from tests.harness.streams import take
 
@@ -25,13 +25,12 @@ TIMEOUT_S = 60
 
 
 @pytest.fixture
-def mesh(tmp_path: Path) -> Iterator[dict[str, InstanceProcess]]:
-    instances = start_cluster(tmp_path, NAMES, full_mesh(NAMES))
+def mesh(tmp_path: Path) -> Iterator[Cluster]:
+    running = cluster(tmp_path, NAMES).start(full_mesh(NAMES))
     try:
-        yield instances
+        yield running
     finally:
-        for process in instances.values():
-            process.kill()
+        running.kill()
 
 
 async def publish(instance: InstanceProcess, publisher: str, count: int, start: int = 1) -> None:
@@ -55,7 +54,7 @@ async def read_all(instance: InstanceProcess, count: int) -> list[tuple[str, int
 
 
 async def test_publish_on_each_read_on_every_other_in_order_with_the_same_bookmarks(
-    mesh: dict[str, InstanceProcess],
+    mesh: Cluster,
 ) -> None:
     """D1/L1: a message published on any instance reaches every other, in its publisher's
     order, with the bookmark it has on its own instance."""
@@ -70,7 +69,7 @@ async def test_publish_on_each_read_on_every_other_in_order_with_the_same_bookma
 
 
 async def test_a_killed_instance_catches_up_after_restart(
-    mesh: dict[str, InstanceProcess],
+    mesh: Cluster,
 ) -> None:
     """R10: SIGKILL an instance, publish elsewhere meanwhile, restart it: it catches up from
     the others and is again a full copy; nothing is applied twice."""

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.instance import InstanceProcess, config_xml
+
+
+@dataclass(frozen=True)
+class Link:
+    """One `Replication/Destination` of an instance (defaults: sync, passthrough of all)."""
+
+    peer: str
+    sync: bool = True
+    pass_through: str | None = ".*"
+    topics: tuple[str, ...] = ()
+    group: str | None = None  # the destination's Group (default: the peer's Name)
+    port: int | None = None  # dial this port instead of the peer's (a LinkProxy)
 
 
 def free_ports(count: int) -> list[int]:
@@ -23,12 +36,14 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def destination_xml(
-    peer: str, port: int, *, sync: str = "sync", pass_through: str | None = ".*", topics: str = ""
-) -> str:
-    passthrough = f"<PassThrough>{pass_through}</PassThrough>" if pass_through else ""
+def destination_xml(link: Link, port: int) -> str:
+    passthrough = f"<PassThrough>{link.pass_through}</PassThrough>" if link.pass_through else ""
+    topics = "".join(
+        f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in link.topics
+    )
     return (
-        f"<Destination><Name>{peer}</Name><Group>{peer}</Group><SyncType>{sync}</SyncType>"
+        f"<Destination><Name>{link.peer}</Name><Group>{link.group or link.peer}</Group>"
+        f"<SyncType>{'sync' if link.sync else 'async'}</SyncType>"
         f"<Transport><Type>amps-replication</Type><InetAddr>127.0.0.1:{port}</InetAddr>"
         f"<ReconnectTimeout>200ms</ReconnectTimeout></Transport>{topics}{passthrough}"
         "</Destination>"
@@ -36,49 +51,56 @@ def destination_xml(
 
 
 def cluster_configs(
-    names: Sequence[str],
-    links: Mapping[str, Sequence[str]],
-    ports: Mapping[str, int],
-    **destination_options: str | None,
+    names: Sequence[str], links: Mapping[str, Sequence[Link]], ports: Mapping[str, int]
 ) -> dict[str, str]:
     """One configuration per instance: an incoming replication transport on its port and a
-    destination for each peer in `links[name]`."""
+    destination for each of its links."""
     configs = {}
     for name in names:
         destinations = "".join(
-            destination_xml(peer, ports[peer], **destination_options)  # type: ignore[arg-type]
-            for peer in links.get(name, ())
+            destination_xml(link, link.port or ports[link.peer]) for link in links.get(name, ())
         )
         extra = f"<Replication>{destinations}</Replication>" if destinations else ""
         text = config_xml(name=name, extra=extra)
-        text = text.replace(
+        configs[name] = text.replace(
             "</Transports>",
             "<Transport><Name>replication</Name><Type>amps-replication</Type>"
             f"<InetAddr>127.0.0.1:{ports[name]}</InetAddr></Transport></Transports>",
         )
-        configs[name] = text
     return configs
 
 
-def start_cluster(
-    root: Path,
-    names: Sequence[str],
-    links: Mapping[str, Sequence[str]],
-    **destination_options: str | None,
-) -> dict[str, InstanceProcess]:
-    """Start every instance (replication ports chosen free up front); kill them on failure."""
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
-    configs = cluster_configs(names, links, ports, **destination_options)
-    started: dict[str, InstanceProcess] = {}
-    try:
-        for name in names:
-            started[name] = InstanceProcess(root / name, configs[name]).start()
-    except BaseException:
-        for process in started.values():
+class Cluster:
+    """Instances by name, with the replication port of each."""
+
+    def __init__(self, root: Path, names: Sequence[str], ports: Mapping[str, int]) -> None:
+        self.root = root
+        self.names = list(names)
+        self.replication_ports = dict(ports)
+        self.instances: dict[str, InstanceProcess] = {}
+
+    def __getitem__(self, name: str) -> InstanceProcess:
+        return self.instances[name]
+
+    def start(self, links: Mapping[str, Sequence[Link]]) -> Cluster:
+        configs = cluster_configs(self.names, links, self.replication_ports)
+        try:
+            for name in self.names:
+                self.instances[name] = InstanceProcess(self.root / name, configs[name]).start()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def kill(self) -> None:
+        for process in self.instances.values():
             process.kill()
-        raise
-    return started
 
 
-def full_mesh(names: Sequence[str]) -> dict[str, list[str]]:
-    return {n: [p for p in names if p != n] for n in names}
+def cluster(root: Path, names: Sequence[str]) -> Cluster:
+    """A cluster with replication ports chosen, not yet started."""
+    return Cluster(root, names, dict(zip(names, free_ports(len(names)), strict=True)))
+
+
+def full_mesh(names: Sequence[str], **options: object) -> dict[str, list[Link]]:
+    return {n: [Link(p, **options) for p in names if p != n] for n in names}  # type: ignore[arg-type]

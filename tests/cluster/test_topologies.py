@@ -1,0 +1,151 @@
+"""Replication topologies between real instances: a line, one-way and archive destinations,
+a link cut and stalled through a proxy, refused links (issue 8: R8, R9, R10)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from amps.client import Client
+from tests.cluster.checker import assert_clean, check
+from tests.cluster.test_replication import TIMEOUT_S, publish, read_all
+from tests.harness.cluster import Cluster, Link, cluster, cluster_configs, free_ports
+from tests.harness.instance import InstanceProcess
+from tests.harness.proxy import LinkProxy
+from tests.harness.streams import more_within, take
+
+
+@pytest.fixture
+def clusters() -> Iterator[list[Cluster]]:
+    started: list[Cluster] = []
+    try:
+        yield started
+    finally:
+        for running in started:
+            running.kill()
+
+
+def wait_for_output(process: InstanceProcess, text: str, timeout_s: float = TIMEOUT_S) -> str:
+    """The first output line containing `text` (bounded wait on the process's own output)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in list(process.output):
+            if text in line:
+                return line
+        time.sleep(0.05)
+    raise AssertionError(f"no line with {text!r} in:\n" + "".join(process.output))
+
+
+async def test_a_line_passes_records_through_the_middle(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """R9: a <-> b <-> c with PassThrough: a and c, never linked, get each other's records."""
+    line = cluster(tmp_path, ["a", "b", "c"])
+    clusters.append(line)
+    line.start({"a": [Link("b")], "b": [Link("a"), Link("c")], "c": [Link("b")]})
+    await asyncio.gather(publish(line["a"], "pub-a", 100), publish(line["c"], "pub-c", 100))
+    for name in ("a", "b", "c"):
+        got = await read_all(line[name], 200)
+        assert_clean(check(((p, n) for p, n, _ in got), {"pub-a": 100, "pub-c": 100}), name)
+
+
+async def test_one_way_archive_takes_only_its_topics(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """R8: one-way replication to an archive that takes only `orders`: other topics stay on
+    the publisher's instance, and what is published on the archive stays there."""
+    pair = cluster(tmp_path, ["a", "archive"])
+    clusters.append(pair)
+    pair.start({"a": [Link("archive", sync=False, topics=("orders",))]})
+    await publish(pair["a"], "pub-a", 50)
+    async with Client("pub-other") as client:
+        await client.connect(pair["a"].address)
+        await client.publish("other", b'{"x":1}')
+        await client.flush(timeout_s=TIMEOUT_S)
+    await publish(pair["archive"], "pub-archive", 5)
+    got = await read_all(pair["archive"], 55)
+    assert_clean(check(((p, n) for p, n, _ in got), {"pub-a": 50, "pub-archive": 5}), "archive")
+    async with Client("check") as client:
+        await client.connect(pair["archive"].address)
+        other = await client.subscribe("other", bookmark="epoch")
+        assert await more_within(other, 1.0) == []
+    async with Client("check-a") as client:
+        await client.connect(pair["a"].address)
+        orders = await client.subscribe("orders", bookmark="epoch")
+        firsts = await take(orders, 50)
+        assert {m.json()["p"] for m in firsts} == {"pub-a"}  # type: ignore[attr-defined]
+        assert await more_within(orders, 1.0) == []
+
+
+async def test_a_cut_and_a_stalled_link_resync_without_loss_or_duplicates(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """R10: a link cut (connections dropped, reconnects refused) and a link stalled (bytes
+    held) through a proxy; publishing goes on meanwhile, and after release the destination
+    has every message once, in order."""
+    pair = cluster(tmp_path, ["a", "b"])
+    clusters.append(pair)
+    proxy = await LinkProxy(pair.replication_ports["b"]).start()
+    try:
+        pair.start({"a": [Link("b", sync=False, port=proxy.port)]})
+        await publish(pair["a"], "pub-a", 50)
+        proxy.cut()
+        await publish(pair["a"], "pub-a", 50, start=51)
+        proxy.release()
+        await publish(pair["a"], "pub-a", 50, start=101)
+        proxy.hold()
+        await publish(pair["a"], "pub-a", 50, start=151)
+        proxy.release()
+        got = await read_all(pair["b"], 200)
+        assert_clean(check(((p, n) for p, n, _ in got), {"pub-a": 200}), "b")
+    finally:
+        await proxy.close()
+
+
+async def test_a_group_mismatch_is_refused_and_named_on_both_sides(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """R8: a destination whose Group differs from the peer's is refused; both stay up."""
+    pair = cluster(tmp_path, ["a", "b"])
+    clusters.append(pair)
+    pair.start({"a": [Link("b", group="west", sync=False)]})
+    line = await asyncio.to_thread(wait_for_output, pair["a"], "refused")
+    assert "(group a)" in line
+    assert "(group b)" in line
+    assert "'west'" in line
+    await asyncio.to_thread(wait_for_output, pair["b"], "refused")
+    await publish(pair["a"], "pub-a", 3)  # async: the refused link holds nothing
+    assert pair["a"].process is not None
+    assert pair["a"].process.poll() is None
+
+
+def test_a_destination_named_as_the_instance_itself_refuses_to_start(tmp_path: Path) -> None:
+    """R8 start-up check: the instance exits naming the element path."""
+    ports = dict(zip(["a"], free_ports(1), strict=True))
+    config = cluster_configs(["a"], {"a": [Link("a")]}, ports)["a"]
+    code, output = InstanceProcess(tmp_path / "a", config).run_to_exit()
+    assert code != 0
+    assert "Replication/Destination[1]/Name" in output
+    assert "a peer other than this instance" in output
+
+
+async def test_bookmarks_name_the_same_message_everywhere(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """L1: a replay from a bookmark taken on one instance starts after the same message on
+    another."""
+    pair = cluster(tmp_path, ["a", "b"])
+    clusters.append(pair)
+    pair.start({"a": [Link("b")], "b": [Link("a")]})
+    await publish(pair["a"], "pub-a", 20)
+    on_a = await read_all(pair["a"], 20)
+    middle = on_a[9][2]
+    async with Client("from-middle") as client:
+        await client.connect(pair["b"].address)
+        rest = await take(await client.subscribe("orders", bookmark=middle), 10, TIMEOUT_S)
+    assert [orjson.loads(m.data)["n"] for m in rest] == list(range(11, 21))  # type: ignore[attr-defined]
