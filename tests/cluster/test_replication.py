@@ -48,8 +48,8 @@ async def read_all(instance: InstanceProcess, count: int) -> list[tuple[str, int
         messages = await take(await client.subscribe("orders", bookmark="epoch"), count, TIMEOUT_S)
     out = []
     for message in messages:
-        body = message.json()  # type: ignore[attr-defined]
-        out.append((body["p"], body["n"], message.bookmark))  # type: ignore[attr-defined]
+        body = message.json()
+        out.append((body["p"], body["n"], message.bookmark))
     return out
 
 
