@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from random import Random
 from types import TracebackType
@@ -17,6 +18,7 @@ from typing import Any, Literal
 
 from amps.client import commands
 from amps.client.acks import QueueAcker
+from amps.client.bookmarks import BookmarkStore, FileBookmarkStore
 from amps.client.connection import Connection
 from amps.client.message import ClientStatistics, Message, PublishFailure, Subscription
 from amps.client.policy import ExponentialBackoff, PublishStore, ServerRotation, parse_servers
@@ -49,10 +51,12 @@ class Client:
         heartbeat_interval_s: float | None = None,
         logon_timeout_s: float = 10.0,
         publish_failed_callback: Callable[[PublishFailure], None] | None = None,
+        bookmark_store: BookmarkStore | str | os.PathLike[str] | None = None,
         random: Random | None = None,
     ) -> None:
         assert name, "a client name is required (sequence numbers are kept per name, L4)"
         self.name = name
+        self._cmd_ids = itertools.count(1)
         self._user = user
         self._password = password
         self._flush_interval_s = flush_interval_ms / 1000.0
@@ -65,7 +69,14 @@ class Client:
             max_messages=publish_store_max_messages, max_bytes=publish_store_max_bytes
         )
         self._publisher = Publisher(store, publish_failed_callback)
-        self._acks = QueueAcker(batch_size=ack_batch_size, timeout_ms=ack_timeout_ms)
+        self._acks = QueueAcker(
+            batch_size=ack_batch_size, timeout_ms=ack_timeout_ms, next_cmd_id=self._cmd_id
+        )
+        if bookmark_store is None:
+            bookmark_store = BookmarkStore()
+        elif not isinstance(bookmark_store, BookmarkStore):
+            bookmark_store = FileBookmarkStore(bookmark_store)
+        self.bookmark_store = bookmark_store
         self._backoff = ExponentialBackoff(
             random or Random(), max_delay_ms=int(max_reconnect_delay_s * 1000)
         )
@@ -74,7 +85,6 @@ class Client:
         self._fatal: AmpsError | None = None
         self._conn: Connection | None = None
         self._connected = asyncio.Event()
-        self._cmd_ids = itertools.count(1)
         self._sub_ids = itertools.count(1)
         self._pending: dict[str, asyncio.Future[client_pb2.Ack]] = {}
         self._subs = SubscriptionRegistry(self)
@@ -145,6 +155,8 @@ class Client:
     def _on_logged_on(self, conn: Connection, ack: client_pb2.Ack) -> None:
         self._conn = conn
         self._publisher.on_logon(conn, ack.seq)
+        # Kept queue acks before the queue subscriptions: no new lease for an acked message.
+        self._acks.on_logon(conn)
         for command in self._subs.resubscribe_commands(self._cmd_id):
             conn.send(command)
         conn.start()
@@ -161,8 +173,9 @@ class Client:
         self._frames[0] += conn.frames_sent
         self._frames[1] += conn.frames_received
         self._fail_pending(error)
-        # Unsent plain acks die with the stream; the instance returns unacked leases (§7.2, Q6).
-        self._acks.drop()
+        # Acks not yet confirmed are kept and sent again after the logon (on this or the next
+        # instance); the leases themselves died with the stream (§7.2, Q6).
+        self._acks.on_connection_lost()
         self._subs.on_connection_lost()
         if self._state == "closed":
             return
@@ -228,9 +241,13 @@ class Client:
         sub_id: str | None = None,
         options: str = "",
     ) -> Subscription:
-        """Subscribe (live, bookmark replay, or queue) and return the message iterator."""
+        """Subscribe (live, bookmark replay, or queue) and return the message iterator.
+
+        `bookmark="recent"` starts after the last bookmark the bookmark store holds for `sub_id`
+        (epoch when it holds none)."""
         self._check_usable()
         sub_id = sub_id or f"{self.name}-sub-{next(self._sub_ids)}"
+        bookmark = self.bookmark_store.resolve(sub_id, bookmark)
         sub = Subscription(
             self,
             sub_id=sub_id,
@@ -240,6 +257,7 @@ class Client:
             options=options,
             max_backlog=max_backlog,
             auto_ack=self._auto_ack,
+            bookmark_store=self.bookmark_store,
         )
         self._subs.add(sub)
         try:
@@ -258,6 +276,7 @@ class Client:
         sub = self._subs.remove(sub_id)
         if sub is None:
             return
+        sub.record_bookmark()
         leftover = sub.take_auto_ack()
         if leftover is not None:
             await leftover.ack()
@@ -278,9 +297,6 @@ class Client:
         if self._state == "closed" or self._fatal is not None:
             self._check_open()
         conn = self._conn
-        if conn is None:
-            # The lease died with the stream; the instance has returned the message (Q6).
-            return
         if cancel or expire:
             self._acks.send_now(
                 conn, message.topic, message.bookmark, "cancel" if cancel else "expire"
@@ -340,6 +356,8 @@ class Client:
     def _on_ack(self, ack: client_pb2.Ack) -> None:
         if ack.ack_type == "persisted":
             self._publisher.on_persisted(ack)
+        elif self._acks.on_ack(ack.cmd_id):
+            return
         elif not self._subs.on_ack(ack):
             future = self._pending.pop(ack.cmd_id, None)
             if future is not None and not future.done():
@@ -352,11 +370,13 @@ class Client:
         if self._state == "closed":
             return
         for sub in self._subs:
+            sub.record_bookmark()
             leftover = sub.take_auto_ack()
             if leftover is not None and self._conn is not None:
                 await leftover.ack()
         self._acks.flush(self._conn)
         self._acks.cancel_timer()
+        self.bookmark_store.close()
         self._state = "closed"
         conn, self._conn = self._conn, None
         tasks = list(self._tasks)

@@ -143,30 +143,35 @@ def unsubscribe_command(cmd_id: str, sub_id: str) -> client_pb2.Command:
     )
 
 
-def queue_ack_command(batch: AckBatch, options: str = "") -> client_pb2.Command:
-    """A queue acknowledgement (Q10): a sow_delete naming bookmarks, with no ack requested."""
+def queue_ack_command(batch: AckBatch, options: str = "", cmd_id: str = "") -> client_pb2.Command:
+    """A queue acknowledgement (Q10): a sow_delete naming bookmarks; with a `cmd_id` it asks for
+    the processed ack that confirms it (kept and sent again after a failover until then)."""
     return client_pb2.Command(
-        ack_type="",
+        cmd_id=cmd_id,
+        ack_type="processed" if cmd_id else "",
         sow_delete=client_pb2.SowDelete(
             topic=batch.topic, bookmark=batch.bookmark_list, options=options
         ),
     )
 
 
+_CMD_ID_TAG = b"\x0a"  # Command.cmd_id = 1
+_PROCESSED = b"\x12\x09processed"  # Command.ack_type = 2
 _SOW_DELETE_TAG = b"\x72"  # Command.sow_delete = 14
 _TOPIC_TAG = b"\x0a"  # SowDelete.topic = 1
 _BOOKMARK_TAG = b"\x12"  # SowDelete.bookmark = 2
 _OPTIONS_TAG = b"\x22"  # SowDelete.options = 4
 
 
-def queue_ack_entry(topic: str, bookmarks: str, options: str = "") -> bytes:
-    """`frame_entry(queue_ack_command(AckBatch(topic, bookmarks.split(",")), options))`, built
-    without a protobuf object (one per ack batch)."""
+def queue_ack_entry(topic: str, bookmarks: str, options: str = "", cmd_id: str = "") -> bytes:
+    """`frame_entry(queue_ack_command(AckBatch(topic, bookmarks.split(",")), options, cmd_id))`,
+    built without a protobuf object (one per ack batch)."""
     parts = [_string_field(_TOPIC_TAG, topic), _string_field(_BOOKMARK_TAG, bookmarks)]
     if options:
         parts.append(_string_field(_OPTIONS_TAG, options))
     body = b"".join(parts)
-    command = b"".join((_SOW_DELETE_TAG, varint(len(body)), body))
+    head = _string_field(_CMD_ID_TAG, cmd_id) + _PROCESSED if cmd_id else b""
+    command = b"".join((head, _SOW_DELETE_TAG, varint(len(body)), body))
     return b"".join((_FRAME_COMMAND_TAG, varint(len(command)), command))
 
 

@@ -5,14 +5,22 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
+from amps.client.bookmarks import BookmarkStore, is_now
 from amps.errors import AmpsError
 
-if TYPE_CHECKING:
-    from amps.client.aio import Client
+
+class MessageOwner(Protocol):
+    """What messages and subscriptions call back into: the client (without importing it)."""
+
+    def _ack_nowait(self, message: Message, cancel: bool = False, expire: bool = False) -> None:
+        """Acknowledge one queue message without waiting."""
+
+    async def unsubscribe(self, sub_id: str) -> None:
+        """Stop one subscription."""
 
 
 class Message:
@@ -34,7 +42,7 @@ class Message:
 
     def __init__(
         self,
-        client: Client | None,
+        client: MessageOwner | None,
         *,
         topic: str,
         data: bytes,
@@ -86,7 +94,7 @@ class Subscription:
 
     def __init__(
         self,
-        client: Client,
+        client: MessageOwner,
         *,
         sub_id: str,
         topic: str,
@@ -95,8 +103,10 @@ class Subscription:
         options: str,
         max_backlog: int | None,
         auto_ack: bool,
+        bookmark_store: BookmarkStore | None = None,
     ) -> None:
         self._client = client
+        self._store = bookmark_store or BookmarkStore()
         self.sub_id = sub_id
         self.topic = topic
         self.filter = filter
@@ -107,8 +117,11 @@ class Subscription:
         # Filled from the subscribe ack: the backlog the instance granted for a queue (Q8).
         self.granted_max_backlog: int | None = None
         self.is_queue = False
-        # Bookmark of the last message handed to the application: where a replay resumes.
+        # Bookmark of the last message handed to the application: where a reconnect resumes.
         self.last_bookmark: str | None = None
+        # Handed out and not yet in the bookmark store: recorded when the application asks for
+        # the next message (it is done with this one), unsubscribes or closes.
+        self._unrecorded: str | None = None
         self._buffer: deque[Message] = deque()
         # Tasks waiting in get() or the iterator for the next delivery.
         self._waiters: list[asyncio.Future[bool]] = []
@@ -119,8 +132,25 @@ class Subscription:
 
     @property
     def is_bookmark(self) -> bool:
-        """A replay subscription (L7): resumed after the last delivered bookmark on reconnect."""
+        """A replay subscription (L7), as asked for (a reconnect resumes every topic
+        subscription after its `last_bookmark`, see `resume_bookmark`)."""
         return bool(self.bookmark)
+
+    @property
+    def resume_bookmark(self) -> str | None:
+        """Where a resubscription starts: after the last bookmark handed to the application, or
+        where the subscription started; a queue subscription takes no bookmark (a bookmark
+        subscription to a queue's name would replay its underlying topic, L7)."""
+        if self.is_queue:
+            return None
+        return self.last_bookmark or self.bookmark
+
+    @property
+    def resumes_from_bookmark(self) -> bool:
+        """True when what was buffered but not handed out will come again after a reconnect:
+        a queue (the instance returns the leases) or a replay from a bookmark (not from now)."""
+        resume = self.resume_bookmark
+        return self.is_queue or (resume is not None and not is_now(resume))
 
     def __aiter__(self) -> Subscription:
         return self
@@ -133,6 +163,8 @@ class Subscription:
 
     async def get(self, timeout_s: float | None = None) -> Message | None:
         """The next message, or None when none arrives within `timeout_s` or the stream ended."""
+        if self._unrecorded is not None:
+            self.record_bookmark()
         if self._buffer and self._previous is None:  # the usual case: no await at all
             item = self._take()
             if item is not None:
@@ -197,7 +229,7 @@ class Subscription:
                 if self.auto_ack:
                     self._previous = item
             elif item.bookmark:
-                self.last_bookmark = item.bookmark
+                self.last_bookmark = self._unrecorded = item.bookmark
             return item
         return None
 
@@ -240,6 +272,12 @@ class Subscription:
             self._error = error
         self._buffer.append(_END)
         self._wake()
+
+    def record_bookmark(self) -> None:
+        """Put the last message handed out in the bookmark store: the application is done."""
+        bookmark, self._unrecorded = self._unrecorded, None
+        if bookmark is not None:
+            self._store.record(self.sub_id, bookmark)
 
     def take_auto_ack(self) -> Message | None:
         """The message still awaiting its auto-ack (the iterator was not advanced again)."""

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
 
 from amps.client import commands
-from amps.client.message import Message, Subscription
+from amps.client.message import Message, MessageOwner, Subscription
 from amps.client.policy import parse_max_backlog
 from amps.errors import AmpsError, error_for_code
 from amps.v1 import client_pb2
-
-if TYPE_CHECKING:
-    from amps.client.aio import Client
 
 _new_message = Message.__new__
 
@@ -33,7 +29,7 @@ def subscribe_command(cmd_id: str, sub: Subscription, bookmark: str | None) -> c
 class SubscriptionRegistry:
     """Subscriptions by sub_id, sow queries by query_id, and re-subscribes awaiting their ack."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: MessageOwner) -> None:
         self._client = client
         self._subs: dict[str, Subscription] = {}
         self._resubscribing: dict[str, str] = {}
@@ -63,14 +59,13 @@ class SubscriptionRegistry:
             sub.is_queue = True
 
     def resubscribe_commands(self, next_cmd_id: Callable[[], str]) -> list[client_pb2.Command]:
-        """After a logon: bookmark subscriptions resume after the last bookmark the application
-        received, live ones start from now, queue ones are new subscriptions (§7.3)."""
+        """After a logon: topic subscriptions resume after the last bookmark handed to the
+        application (no gap, no duplicate), queue ones are new subscriptions (§7.3, D3)."""
         result = []
         for sub in self._subs.values():
             cmd_id = next_cmd_id()
             self._resubscribing[cmd_id] = sub.sub_id
-            resume = sub.last_bookmark if sub.is_bookmark and sub.last_bookmark else sub.bookmark
-            result.append(subscribe_command(cmd_id, sub, resume))
+            result.append(subscribe_command(cmd_id, sub, sub.resume_bookmark))
         return result
 
     def on_ack(self, ack: client_pb2.Ack) -> bool:
@@ -190,7 +185,7 @@ class SubscriptionRegistry:
         """Drop buffered messages the instance will send again (replays, returned leases)."""
         self._resubscribing.clear()
         for sub in self._subs.values():
-            if sub.is_bookmark or sub.is_queue:
+            if sub.resumes_from_bookmark:
                 sub.discard_buffered()
 
     def end_all(self, error: AmpsError | None) -> None:

@@ -61,11 +61,13 @@ async def test_queued_commands_become_frames_in_order_within_limits(
 @pytest.mark.parametrize("topic", ["work", "", "tópico/ü" * 40])
 @pytest.mark.parametrize("count", [1, 2, 300])
 @pytest.mark.parametrize("options", ["", "cancel", "expire"])
+@pytest.mark.parametrize("cmd_id", ["", "17"])
 def test_queue_ack_entry_parses_as_the_queue_ack_command(
-    topic: str, count: int, options: str
+    topic: str, count: int, options: str, cmd_id: str
 ) -> None:
     batch = AckBatch(topic, tuple(f"{7094790850998930143 + i}|{i}|" for i in range(count)))
-    entry = commands.queue_ack_entry(topic, batch.bookmark_list, options)
-    assert entry == commands.frame_entry(commands.queue_ack_command(batch, options))
+    entry = commands.queue_ack_entry(topic, batch.bookmark_list, options, cmd_id)
+    assert entry == commands.frame_entry(commands.queue_ack_command(batch, options, cmd_id))
     (command,) = client_pb2.ClientFrame.FromString(entry).commands
-    assert command == commands.queue_ack_command(batch, options)
+    assert command == commands.queue_ack_command(batch, options, cmd_id)
+    assert command.ack_type == ("processed" if cmd_id else "")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from amps.client import Client, Message, Subscription, commands
+from amps.client.bookmarks import FileBookmarkStore
 from amps.client.connection import Connection
 from amps.errors import ConnectionBroken
 from amps.v1 import client_pb2
@@ -55,16 +57,19 @@ class Harness:
         )
         self.client._conn = self.conn
 
-    def subscription(self, sub_id: str = QUEUE_SUB, *, backlog: int | None = 9) -> Subscription:
+    def subscription(
+        self, sub_id: str = QUEUE_SUB, *, backlog: int | None = 9, bookmark: str | None = None
+    ) -> Subscription:
         sub = Subscription(
             self.client,
             sub_id=sub_id,
             topic="work",
             filter="",
-            bookmark=None,
+            bookmark=bookmark,
             options="",
             max_backlog=backlog,
             auto_ack=self.client._auto_ack,
+            bookmark_store=self.client.bookmark_store,
         )
         self.client._subs.add(sub)
         if backlog is not None:
@@ -212,7 +217,7 @@ async def test_acks_are_batched_per_topic_capped_by_the_backlog() -> None:
     sent = h.sent()
     assert [c.sow_delete.bookmark for c in sent] == ["7|1|,7|2|,7|3|", "7|4|,7|5|,7|6|"]
     assert {(c.sow_delete.topic, c.sow_delete.options, c.ack_type) for c in sent} == {
-        ("work", "", "")
+        ("work", "", "processed")
     }
     await h.client.flush_acks()
     assert [c.sow_delete.bookmark for c in h.sent()] == ["7|7|"]
@@ -256,16 +261,152 @@ async def test_auto_ack_acks_when_the_iterator_moves_on() -> None:
     assert sub.take_auto_ack() is second
 
 
-async def test_acks_while_disconnected_are_dropped() -> None:
-    h = Harness()
+def processed(command: client_pb2.Command, status: str = "success") -> client_pb2.ServerMessage:
+    return client_pb2.ServerMessage(
+        ack=client_pb2.Ack(cmd_id=command.cmd_id, ack_type="processed", status=status)
+    )
+
+
+def reconnect(h: Harness) -> None:
+    """Lose the stream, then log on again on a new one (what `_on_logged_on` does for acks)."""
+    h.client._state = "closed"  # no reconnect task: the test plays the logon itself
+    h.client._on_lost(h.conn, ConnectionBroken("gone"))
+    h.client._state = "connected"
+    h.conn = Connection(
+        "127.0.0.1:2",
+        flush_interval_s=0.001,
+        max_frame_commands=500,
+        on_messages=h.client._on_messages,
+        on_lost=h.client._on_lost,
+    )
+    h.client._conn = h.conn
+    h.client._acks.on_logon(h.conn)
+
+
+async def test_acks_while_disconnected_are_kept_and_sent_after_the_logon() -> None:
+    h = Harness(ack_batch_size=2)
+    sub = h.subscription()
+    h.receive(*(delivery(f"7|{n}|") for n in range(1, 5)))
+    messages = [await sub.get(0) for _ in range(4)]
+    h.client._conn = None
+    for message in messages:
+        assert message is not None
+        await message.ack()
+    await messages[0].ack(cancel=False)  # already acked: nothing more
+    h.client._conn = h.conn
+    h.client._acks.on_logon(h.conn)
+    assert [c.sow_delete.bookmark for c in h.sent()] == ["7|1|,7|2|", "7|3|,7|4|"]
+
+
+async def test_unconfirmed_acks_are_sent_again_after_a_reconnect_and_cancels_are_not() -> None:
+    h = Harness(ack_batch_size=1)
+    sub = h.subscription()
+    h.receive(*(delivery(f"7|{n}|") for n in range(1, 5)))
+    got = [await sub.get(0) for _ in range(4)]
+    first, second, third, fourth = [message for message in got if message is not None]
+    await first.ack()
+    await second.ack()
+    await third.ack(cancel=True)
+    await fourth.ack(expire=True)
+    sent = h.sent()
+    assert [c.sow_delete.bookmark for c in sent] == ["7|1|", "7|2|", "7|3|", "7|4|"]
+    assert len({c.cmd_id for c in sent}) == 4
+    h.receive(processed(sent[0]))  # the instance confirmed the first one only
+    assert h.client._acks.unconfirmed_count == 3
+    reconnect(h)
+    resent = [(c.sow_delete.bookmark, c.sow_delete.options) for c in h.sent()]
+    assert resent == [("7|2|", ""), ("7|4|", "expire")]
+    h.client._acks.cancel_timer()
+
+
+async def test_a_refused_ack_batch_is_not_sent_again() -> None:
+    h = Harness(ack_batch_size=1)
     sub = h.subscription()
     h.receive(delivery("7|1|"))
     message = await sub.get(0)
     assert message is not None
-    h.client._conn = None
     await message.ack()
-    assert message.acked
+    (command,) = h.sent()
+    h.receive(processed(command, status="failure"))
+    assert h.client._acks.unconfirmed_count == 0
+    reconnect(h)
     assert h.sent() == []
+
+
+def resubscribes(h: Harness) -> dict[str, str]:
+    """sub_id -> bookmark of the resubscribe commands a logon would send."""
+    commands_ = h.client._subs.resubscribe_commands(h.client._cmd_id)
+    return {c.subscribe.sub_id: c.subscribe.bookmark for c in commands_}
+
+
+async def test_topic_subscriptions_resume_after_the_last_bookmark_handed_out() -> None:
+    h = Harness()
+    live = h.subscription("live", backlog=None)
+    replay = h.subscription("replay", backlog=None, bookmark="0")
+    fresh = h.subscription("fresh", backlog=None)
+    from_now = h.subscription("from-now", backlog=None, bookmark="0|1|")
+    for sub_id in ("live", "replay", "from-now"):
+        h.receive(*(delivery(f"5|{n}|", (sub_id,), queue=False) for n in range(1, 5)))
+    for sub in (live, replay):
+        assert [(await sub.get(0)).bookmark for _ in range(2)] == ["5|1|", "5|2|"]  # type: ignore[union-attr]
+    reconnect(h)
+    assert resubscribes(h) == {"live": "5|2|", "replay": "5|2|", "fresh": "", "from-now": "0|1|"}
+    # What was buffered and not handed out comes again from the replay: dropped here, except
+    # where the resubscription starts from now (nothing would come again).
+    # The store lags one message behind: the last one handed out is recorded when the
+    # application asks for the next (it is done with it).
+    assert h.client.bookmark_store.get("live") == "5|1|"
+    assert await live.get(0) is None
+    assert h.client.bookmark_store.get("live") == "5|2|"
+    assert await replay.get(0) is None
+    assert [(await from_now.get(0)).bookmark for _ in range(4)] == [  # type: ignore[union-attr]
+        "5|1|",
+        "5|2|",
+        "5|3|",
+        "5|4|",
+    ]
+    assert await fresh.get(0) is None
+    h.client._acks.cancel_timer()
+
+
+async def test_the_last_message_handed_out_is_recorded_at_unsubscribe_and_close() -> None:
+    h = Harness()
+    first = h.subscription("first", backlog=None)
+    second = h.subscription("second", backlog=None)
+    h.receive(delivery("5|1|", ("first",), queue=False), delivery("6|1|", ("second",), queue=False))
+    assert await first.get(0) is not None
+    assert await second.get(0) is not None
+    store = h.client.bookmark_store
+    assert (store.get("first"), store.get("second")) == (None, None)
+    h.client._conn = None  # no unsubscribe command to send
+    await h.client.unsubscribe("first")
+    assert (store.get("first"), store.get("second")) == ("5|1|", None)
+    await h.client.close()
+    assert store.get("second") == "6|1|"
+
+
+async def test_a_queue_subscription_resubscribes_without_a_bookmark() -> None:
+    h = Harness()
+    sub = h.subscription()
+    sub.bookmark = "0"  # even one made with a bookmark option: a queue resumes as a queue
+    h.receive(delivery("7|1|"), delivery("7|2|"))
+    assert (await sub.get(0)) is not None
+    reconnect(h)
+    assert resubscribes(h) == {QUEUE_SUB: ""}
+    assert await sub.get(0) is None  # the lease of 7|2| returned to the queue with the stream
+    assert h.client.bookmark_store.get(QUEUE_SUB) is None
+
+
+async def test_subscribe_recent_starts_after_the_stored_bookmark(tmp_path: Path) -> None:
+    store = FileBookmarkStore(tmp_path / "bookmarks")
+    store.record("orders", "3|9|")
+    h = Harness(bookmark_store=store)
+    task = asyncio.create_task(h.client.subscribe("orders", sub_id="orders", bookmark="recent"))
+    await asyncio.sleep(0)
+    (command,) = h.sent()
+    assert command.subscribe.bookmark == "3|9|"
+    task.cancel()
+    h.client.bookmark_store.close()
 
 
 def test_hand_built_ack_entries_join_into_frames() -> None:
