@@ -134,7 +134,8 @@ def publish(
     data: str | None,
     flush_timeout: float,
 ) -> None:
-    """Publish messages and wait until every one is persisted (rides out instance restarts)."""
+    """Publish messages and wait until every one is persisted (rides out instance restarts;
+    with several servers, fails over to the next and republishes what was not persisted)."""
     _run(_publish(servers, client_name, connect_timeout, topic, data, flush_timeout))
 
 
@@ -232,7 +233,18 @@ async def _finish_publish(client: Client, started: float, flush_timeout: float) 
 @click.option(
     "--bookmark",
     default=None,
-    help="Replay from: epoch (or 0), now (or 0|1|), a bookmark, or a time YYYYmmddTHHMMSSZ.",
+    help="Replay from: epoch (or 0), now (or 0|1|), a bookmark, a time YYYYmmddTHHMMSSZ, or "
+    "recent (after the --bookmark-store's bookmark for --sub-id; epoch when it has none).",
+)
+@click.option(
+    "--bookmark-store",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="File recording the last message printed per --sub-id, so a later run with "
+    "--bookmark recent continues after it (a crash repeats at most the message being printed).",
+)
+@click.option(
+    "--sub-id", default=None, help="Subscription id (the bookmark store's key). Default: generated."
 )
 @click.option("--filter", "filter_", default=None, help="Content filter expression.")
 @click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after N messages.")
@@ -250,15 +262,29 @@ def subscribe(
     connect_timeout: float,
     topic: str,
     bookmark: str | None,
+    bookmark_store: str | None,
+    sub_id: str | None,
     filter_: str | None,
     count: int | None,
     max_backlog: int | None,
     ack: bool,
     timeout: float | None,
 ) -> None:
-    """Print messages as JSON lines (topic, bookmark, data; lease_deadline for queues)."""
+    """Print messages as JSON lines (topic, bookmark, data; lease_deadline for queues).
+
+    With several servers it fails over to the next when its instance goes away, and resumes
+    after the last message printed (a queue subscription takes new leases).
+    """
+    if bookmark_store is not None and sub_id is None:
+        raise click.UsageError("--bookmark-store needs --sub-id (the store's key)")
     options = {"bookmark": bookmark, "filter": filter_, "max_backlog": max_backlog}
-    _run(_subscribe(servers, client_name, connect_timeout, topic, options, count, ack, timeout))
+    options["sub_id"] = sub_id
+    _run(
+        _subscribe(
+            servers, client_name, connect_timeout, topic, options, count, ack, timeout,
+            bookmark_store,
+        )
+    )  # fmt: skip
 
 
 async def _subscribe(
@@ -270,11 +296,16 @@ async def _subscribe(
     count: int | None,
     ack: bool,
     idle_timeout_s: float | None,
+    bookmark_store: str | None,
 ) -> int:
     from amps.client import Client
     from amps.errors import AmpsError
 
-    client = Client(client_name or _default_name("subscribe"))
+    try:
+        client = Client(client_name or _default_name("subscribe"), bookmark_store=bookmark_store)
+    except (OSError, ValueError) as error:
+        click.echo(f"amps: bookmark store: {error}", err=True)
+        return EXIT_REFUSED
     status = await _connect(client, servers, connect_timeout)
     if status is not None:
         return status

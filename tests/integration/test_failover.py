@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
+import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
-from amps.client import Client, Message
+from amps.client import BlockingClient, Client, Message
 from amps.client.bookmarks import FileBookmarkStore
-from tests.harness.instance import InstanceProcess, config_xml
+from tests.harness.instance import InstanceProcess, config_xml, process_env
 from tests.harness.streams import more_within, replay_ids, take
 
 TIMEOUT_S = 30.0
@@ -156,5 +157,67 @@ async def test_a_file_bookmark_store_carries_a_subscription_across_a_client_rest
         store = FileBookmarkStore(store_path)
         assert store.get("s") is not None
         store.close()
+    finally:
+        instance.kill()
+
+
+async def run_cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "amps", *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=process_env(),
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(stdin), 4 * TIMEOUT_S)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_the_cli_goes_down_a_server_list_and_continues_from_its_bookmark_store(
+    tmp_path: Path,
+) -> None:
+    instance = InstanceProcess(tmp_path / "amps", config_xml()).start()
+    servers = f"{closed_address()},{instance.address},{closed_address()}"
+    store = str(tmp_path / "bookmarks")
+    try:
+        lines = b"".join(orjson.dumps({"id": n}) + b"\n" for n in range(1, 101))
+        status, _, err = await run_cli(
+            "publish", "--server", servers, "--topic", "cli", "--client-name", "cli-pub",
+            stdin=lines,
+        )  # fmt: skip
+        assert status == 0, err
+        assert "100 persisted" in err
+        subscribe = ["subscribe", "--server", servers, "--topic", "cli", "--bookmark", "recent"]
+        subscribe += ["--bookmark-store", store, "--sub-id", "cli-sub"]
+        seen: list[int] = []
+        for count in ("40", "60"):
+            status, out, err = await run_cli(*subscribe, "--count", count)
+            assert status == 0, err
+            seen += [orjson.loads(line)["data"]["id"] for line in out.splitlines()]
+        assert seen == list(range(1, 101))
+    finally:
+        instance.kill()
+
+
+def test_the_blocking_client_takes_a_server_list_and_a_bookmark_store(tmp_path: Path) -> None:
+    instance = InstanceProcess(tmp_path / "amps", config_xml()).start()
+    servers = [closed_address(), instance.address]
+    store = tmp_path / "bookmarks"
+    try:
+        with BlockingClient("blocking-pub") as writer:
+            writer.connect(servers)
+            for n in range(1, 21):
+                writer.publish("blocking", orjson.dumps({"id": n}))
+            writer.flush(TIMEOUT_S)
+            assert writer.statistics().connected_server == instance.address
+        seen: list[int] = []
+        for count in (5, 15):
+            with BlockingClient("blocking-sub", bookmark_store=store) as reader:
+                reader.connect(servers)
+                subscription = reader.subscribe("blocking", sub_id="s", bookmark="recent")
+                for _ in range(count):
+                    message = subscription.next_message(TIMEOUT_S)
+                    assert message is not None
+                    seen.append(message.json()["id"])
+        assert seen == list(range(1, 21))
     finally:
         instance.kill()

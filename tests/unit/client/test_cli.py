@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -36,6 +37,22 @@ def test_sow_delete_needs_exactly_one_of_bookmark_and_filter() -> None:
     assert CliRunner().invoke(command, both).exit_code == 2
     flags = ["--server", "h:1", "--topic", "q", "--bookmark", "b", "--cancel", "--expire"]
     assert CliRunner().invoke(command, flags).exit_code == 2
+
+
+def test_a_bookmark_store_needs_a_sub_id_and_a_readable_file(tmp_path: Path) -> None:
+    import click
+
+    command = _by_name("subscribe")
+    assert isinstance(command, click.Command)
+    store = tmp_path / "bookmarks"
+    args = ["--server", "127.0.0.1:1", "--topic", "t", "--bookmark-store", str(store)]
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 2
+    assert "--bookmark-store needs --sub-id" in result.output
+    store.write_text("not json\n")
+    result = CliRunner().invoke(command, [*args, "--sub-id", "s"])
+    assert result.exit_code == 1
+    assert "bookmarks:1: not a bookmark store entry" in result.output
 
 
 def _closed_port() -> int:
