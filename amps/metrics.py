@@ -69,6 +69,7 @@ class InstanceSnapshot:
     connected_clients: int
     subscriptions: int
     record_cache_misses: int = 0
+    damaged_records: int = 0
     queues: tuple[QueueSnapshot, ...] = field(default=())
     client_queued_bytes: int = 0
     client_queued_bytes_largest: int = 0
@@ -147,6 +148,16 @@ INSTANCE_METRICS: tuple[tuple[MetricSpec, InstanceReader], ...] = (
             NODE,
         ),
         lambda s: s.record_cache_misses,
+    ),
+    (
+        MetricSpec(
+            "amps_journal_damaged_records",
+            "counter",
+            "Damaged journal records met by reads (replay, record cache, recovery), each spot "
+            "counted once; any is a reason to run `amps journal verify`",
+            NODE,
+        ),
+        lambda s: s.damaged_records,
     ),
     (
         MetricSpec("amps_journal_bytes", "gauge", "Bytes in journal segments", NODE),

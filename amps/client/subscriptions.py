@@ -69,7 +69,14 @@ class SubscriptionRegistry:
         return result
 
     def on_ack(self, ack: client_pb2.Ack) -> bool:
-        """Handle a completed ack or a re-subscribe ack; False when the ack is not ours."""
+        """Handle a completed ack, a re-subscribe ack, or the instance ending a subscription
+        (a failed ack naming the sub_id and no command); False when the ack is not ours."""
+        if ack.status == "failure" and not ack.cmd_id and ack.sub_id:
+            ended = self._subs.pop(ack.sub_id, None)
+            if ended is not None:
+                message = ack.reason or "the instance ended the subscription"
+                ended.end(error_for_code(ack.error_code, message))
+            return True
         if ack.ack_type == "completed":
             sub = self._subs.get(ack.sub_id)
             if sub is not None:

@@ -156,7 +156,13 @@ class Server:
         journal = self._open_journal()
         journal.on_fsync = self._observe_fsync
         self.instance = Instance(self.config, journal, self._on_fatal)
-        await self.instance.start(self._journal_directory())
+        try:
+            await self.instance.start(self._journal_directory())
+        except errors.CorruptRecord as exc:
+            # Queue recovery read through damage: serving queues without those records would
+            # redeliver or lose messages, so the instance does not start (the documented 65).
+            self.instance.damage.report(exc, "queue recovery")
+            fatal(FatalReason.JOURNAL_CORRUPT, f"journal {journal.directory}: {exc.message}")
         await self._start_grpc()
         await self._start_admin()
         await self._start_replication()
@@ -279,6 +285,7 @@ class Server:
             "persisted_acks": s.persisted_acks,
             "duplicates_discarded": s.duplicates,
             "record_cache_misses": s.record_cache_misses,
+            "journal_damaged_records": s.damaged_records,
             "published_by_topic": s.published_by_topic,
             "queue_depths": {q.queue: q.statistics.depth for q in s.queues},
             "hops": self.instance.statistics.hops.as_json() if self.instance else {},
@@ -317,6 +324,7 @@ class Server:
                 "client": budget.client_disconnects,
                 "instance": budget.instance_disconnects,
             },
+            damaged_records=instance.damage.count,
             queues=tuple(
                 QueueSnapshot(name, driver.statistics())
                 for name, driver in sorted(instance.queues.drivers.items())

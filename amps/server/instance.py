@@ -24,6 +24,7 @@ from amps.log.journal import Journal
 from amps.log.records import PublishRecord, Record
 from amps.names import name_problem
 from amps.server.convert import success_ack
+from amps.server.damage import DamageLog
 from amps.server.hops import HopStatistics
 from amps.server.queue_manager import QueueManager
 from amps.server.record_cache import RecordCache
@@ -86,7 +87,8 @@ class Instance:
         self._on_fatal = on_fatal
         self._committer: asyncio.Task[None] | None = None
         self.version = __version__
-        self.records = RecordCache(journal)
+        self.damage = DamageLog()
+        self.records = RecordCache(journal, on_damage=self.damage.report)
         self._recorded: dict[str, bool] = {}
         self._durable_callbacks: list[tuple[int, Callable[[], None]]] = []
         self._soon_commit: asyncio.TimerHandle | None = None

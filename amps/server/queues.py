@@ -487,7 +487,8 @@ class QueueDriver:
             txid = action.txid
             record = cached(txid) or cache.get(txid)
             if record is None:
-                log.error("queue %s: message txid %d is not in the journal", self.name, txid)
+                if not cache.is_unreadable(txid):  # damage is reported once, by the cache
+                    log.error("queue %s: message txid %d is not in the journal", self.name, txid)
                 continue
             correlation_id = record.correlation_id
             if type(action) is Deliver:

@@ -29,7 +29,9 @@ times. A miss costs ~5 us per record read on the bench machine.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
+from amps.errors import CorruptRecord
 from amps.log.journal import Journal
 from amps.log.records import PublishRecord
 
@@ -39,6 +41,8 @@ READ_AHEAD_RECORDS = 256
 # Measured with tracemalloc: a cached record costs ~300 bytes beyond its payload (the record
 # object, its dict and deque entries).
 RECORD_OVERHEAD_BYTES = 300
+# Txids found damaged, remembered so a delivery retried later does not read the journal again.
+MAX_UNREADABLE = 4096
 
 
 class RecordCache:
@@ -49,8 +53,11 @@ class RecordCache:
         journal: Journal,
         max_bytes: int = DEFAULT_MAX_BYTES,
         read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
+        on_damage: Callable[[CorruptRecord, str], object] | None = None,
     ) -> None:
         self._journal = journal
+        self._on_damage = on_damage
+        self._unreadable: set[int] = set()
         # One dict for both parts (one look-up per hit); each txid is in one part's order.
         self.records: dict[int, PublishRecord] = {}
         self._recent: deque[int] = deque()
@@ -87,14 +94,23 @@ class RecordCache:
             return record
         return self._miss(txid)
 
+    def is_unreadable(self, txid: int) -> bool:
+        """Whether txid was found damaged (already reported)."""
+        return txid in self._unreadable
+
     def _miss(self, txid: int) -> PublishRecord | None:
+        if txid in self._unreadable:
+            return None
         self.misses += 1
         upper = self._journal.durable_txid
         if self._recent and txid < self._recent[0]:
             upper = self._recent[0] - 1  # the rest is in memory already
-        found = self._journal.read_publishes(
-            txid, upper, READ_AHEAD_RECORDS, self.read_ahead_bytes // 2
-        )
+        try:
+            found = self._journal.read_publishes(
+                txid, upper, READ_AHEAD_RECORDS, self.read_ahead_bytes // 2
+            )
+        except CorruptRecord as exc:
+            found = self._read_around_damage(txid, exc)
         records = self.records
         order = self._read
         added = 0
@@ -113,3 +129,18 @@ class RecordCache:
         if found and found[0].txid == txid:
             return found[0]
         return None
+
+    def _read_around_damage(self, txid: int, error: CorruptRecord) -> list[PublishRecord]:
+        """The read-ahead met damage: report it, and read `txid` alone (the damage may lie
+        after it). A txid that cannot be read is remembered: None from now on, no new read."""
+        if self._on_damage is not None:
+            self._on_damage(error, "a queue delivery (record cache miss)")
+        try:
+            return self._journal.read_publishes(txid, txid, 1, self.read_ahead_bytes)
+        except CorruptRecord as exc:
+            if self._on_damage is not None:
+                self._on_damage(exc, "a queue delivery (record cache miss)")
+            if len(self._unreadable) >= MAX_UNREADABLE:
+                self._unreadable.clear()
+            self._unreadable.add(txid)
+            return []

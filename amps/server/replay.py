@@ -12,9 +12,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from amps import errors
 from amps.log import codec
 from amps.log.raw import RawReader
-from amps.server.convert import success_ack
+from amps.server.convert import failure_ack, success_ack
 from amps.server.outbox import MAX_FRAME_MESSAGES
 from amps.server.wire import DeliveryEncoder
 
@@ -38,8 +39,24 @@ async def replay(instance: Instance, subscription: Subscription, start_txid: int
     reader = RawReader(instance.journal)
     try:
         await _replay(instance, subscription, start_txid, reader)
+    except errors.CorruptRecord as exc:
+        _end_on_damage(instance, subscription, exc)
     finally:
         reader.close()
+
+
+def _end_on_damage(
+    instance: Instance, subscription: Subscription, error: errors.CorruptRecord
+) -> None:
+    """The replay met a damaged record: it cannot go on without a gap, and a gap would break
+    L7. Report the damage (logged once, counted) and end the subscription with a failed ack
+    naming it; the client raises it from the subscription."""
+    instance.damage.report(error, f"the bookmark replay of subscription {subscription.sub_id}")
+    subscription.cancel_replay = None  # this task is ending already
+    instance.remove_subscription(subscription)
+    session = subscription.session
+    session.send(failure_ack(error, cmd_id="", ack_type="completed", sub_id=subscription.sub_id))
+    instance.statistics.rejected += 1
 
 
 async def _replay(
@@ -63,7 +80,14 @@ async def _replay(
             subscription.live = True
             session.send(success_ack(cmd_id="", ack_type="completed", sub_id=subscription.sub_id))
             return
-        publishes, reached = reader.read(position, limit, batch_records)
+        try:
+            publishes, reached = reader.read(position, limit, batch_records)
+        except errors.CorruptRecord:
+            if batch_records == 1:
+                raise  # the next record itself cannot be read
+            # Damage somewhere in the batch: narrow down, delivering every record before it.
+            batch_records //= 2
+            continue
         if reached == position:
             # Nothing readable below the dispatched point: the journal and dispatch disagree.
             log.error("replay for %s found no records at txid %d", subscription.sub_id, position)

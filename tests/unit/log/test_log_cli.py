@@ -1,4 +1,5 @@
-"""`amps journal dump`: JSON lines, filters, and never a write to the directory."""
+"""`amps journal dump` and `verify`: JSON lines, filters, damaged ranges, and never a write to
+the directory."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 from amps.cli.journal_cmd import journal
 from amps.log.journal import Journal
 from amps.log.records import Bookmark, QueueAction, QueueRecord
+from tests.harness.journals import mixed_journal
 
 
 def _make(directory: Path) -> None:
@@ -69,3 +71,46 @@ def test_dump_works_while_the_journal_is_open(tmp_path: Path) -> None:
         return [orjson.loads(x)["txid"] for x in result.stdout.splitlines()]
 
     assert asyncio.run(scenario()) == [1]
+
+
+def _mixed(directory: Path, count: int) -> None:
+    async def fill() -> None:
+        log = await mixed_journal(directory, count)
+        await log.close()
+
+    asyncio.run(fill())
+
+
+def test_verify_passes_a_sound_journal_and_writes_nothing(tmp_path: Path) -> None:
+    _mixed(tmp_path, 300)
+    before = {p.name: p.stat().st_size for p in tmp_path.iterdir()}
+    result = CliRunner().invoke(journal, ["verify", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "300 records: 0 damaged ranges" in result.stdout
+    assert {p.name: p.stat().st_size for p in tmp_path.iterdir()} == before
+
+
+def test_verify_lists_each_damaged_range_and_exits_1(tmp_path: Path) -> None:
+    """Issue 11 item 1: every record of every segment is checked (summaries are not trusted);
+    each damaged range is named by segment, offsets and the txids it holds."""
+    _mixed(tmp_path, 300)
+    oldest, *_, newest = sorted(tmp_path.glob("*.journal"))
+    for path, at in ((oldest, 0.5), (newest, 0.3)):
+        data = bytearray(path.read_bytes())
+        spot = int(len(data) * at)
+        data[spot : spot + 16] = b"\xee" * 16
+        path.write_bytes(bytes(data))
+    result = CliRunner().invoke(journal, ["verify", str(tmp_path), "--output", "json"])
+    assert result.exit_code == 1, result.output
+    *segments, summary = (orjson.loads(line) for line in result.stdout.splitlines())
+    assert summary["damaged_ranges"] == 2
+    damaged = {s["segment"]: s["damaged"] for s in segments if s["damaged"]}
+    assert set(damaged) == {oldest.name, newest.name}
+    (old_range,) = damaged[oldest.name]
+    assert old_range["committed"] is True
+    assert old_range["start_offset"] <= len(oldest.read_bytes()) // 2 < old_range["end_offset"]
+    assert old_range["next_good_txid"] > old_range["last_good_txid"] + 1
+    text = CliRunner().invoke(journal, ["verify", str(tmp_path)])
+    assert text.exit_code == 1
+    assert f"{oldest.name}:" in text.stdout
+    assert "DAMAGED offsets" in text.stdout

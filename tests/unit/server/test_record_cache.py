@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from amps.errors import CorruptRecord
 from amps.log.journal import Journal
 from amps.log.records import PublishRecord, QueueAction, QueueRecord
+from amps.log.storage import iter_keys
 from amps.server.record_cache import READ_AHEAD_RECORDS, RECORD_OVERHEAD_BYTES, RecordCache
 
 DATA = b"x" * 700
@@ -96,4 +98,39 @@ async def test_recent_part_is_bounded_by_bytes(tmp_path: Path) -> None:
     assert cache.misses == 0
     assert cache.get(publishes[0].txid) == publishes[0]
     assert cache.misses == 1
+    await journal.close()
+
+
+def _damage_record(directory: Path, txid: int) -> tuple[str, int]:
+    """Flip a byte inside the record `txid`; its segment's name and the record's offset."""
+    (segment,) = sorted(directory.glob("*.journal"))
+    offset = next(offset for offset, _size, found, *_ in iter_keys(segment) if found == txid)
+    data = bytearray(segment.read_bytes())
+    data[offset + 40] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    return segment.name, offset
+
+
+async def test_a_damaged_record_is_reported_once_and_the_others_still_read(tmp_path: Path) -> None:
+    """Issue 11 item 1: a miss that meets damage reports it (segment, offset) and returns the
+    records before it; the damaged one is None from then on, without another read."""
+    journal, publishes = await _journal(tmp_path, 40)
+    await journal.close()
+    damaged = publishes[20]
+    segment, offset = _damage_record(tmp_path, damaged.txid)
+    journal = Journal.open(tmp_path, segment_size_bytes=256 * 1024)
+    reports: list[tuple[CorruptRecord, str]] = []
+    cache = RecordCache(journal, max_bytes=0, on_damage=lambda e, r: reports.append((e, r)))
+    assert cache.get(publishes[0].txid) == publishes[0]
+    assert {(e.segment, e.offset) for e, _ in reports} == {(segment, offset)}
+    assert cache.get(publishes[19].txid) == publishes[19]
+    assert cache.get(damaged.txid) is None
+    assert cache.is_unreadable(damaged.txid)
+    misses = cache.misses
+    assert cache.get(damaged.txid) is None
+    assert cache.misses == misses  # not read again
+    # A read starts at the sparse index entry before its txid (one every 64 KiB): records after
+    # the damage in the same 64 KiB cannot be reached either, and are reported the same way.
+    assert cache.get(publishes[21].txid) is None
+    assert len({(e.segment, e.offset) for e, _ in reports}) == 1
     await journal.close()
