@@ -30,6 +30,21 @@ def process_env() -> dict[str, str]:
     )
 
 
+def amps_cli(
+    *args: str, cwd: Path | None = None, timeout_s: float = START_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """Run the real `amps` command of this checkout to its end; output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "amps", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        env=process_env(),
+        cwd=cwd,
+    )
+
+
 def config_xml(
     name: str = "amps-test",
     journal: str = "journal",

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from amps.client import Client
-from tests.harness.instance import InstanceProcess, config_xml, process_env
+from tests.harness.instance import InstanceProcess, amps_cli, config_xml
 from tests.harness.streams import take
 
 TIMEOUT_S = 30
@@ -76,17 +74,6 @@ async def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None
     while not await asyncio.to_thread(check):
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.05)
-
-
-def amps_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "amps", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-        env=process_env(),
-    )
 
 
 async def test_queue_metrics_and_json_follow_the_queue(queue_instance: InstanceProcess) -> None:

@@ -9,21 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness.instance import InstanceProcess, config_xml, process_env
+from tests.harness.instance import InstanceProcess, amps_cli, config_xml, process_env
 
 TIMEOUT_S = 30
-
-
-def amps_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "amps", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-        env=process_env(),
-        cwd=cwd,
-    )
 
 
 def test_a_configuration_of_random_bytes_exits_78_with_one_sentence(tmp_path: Path) -> None:
