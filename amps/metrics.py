@@ -76,6 +76,37 @@ class InstanceSnapshot:
     client_queued_bytes_limit: int = 0
     client_queued_bytes_client_limit: int = 0
     slow_consumer_disconnects: dict[str, int] = field(default_factory=dict)
+    replication: ReplicationSnapshot | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationSnapshot:
+    """One replication destination (outgoing link) at one scrape."""
+
+    destination: str
+    connected: bool
+    sync: bool
+    downgraded: bool
+    messages_behind: int
+    seconds_behind: float
+    acknowledged_txid: int
+    resyncs: int
+    sync_changes: int
+    messages_sent: int
+    batches_sent: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationSnapshot:
+    """Replication at one scrape: destinations, per-origin positions, reachability."""
+
+    destinations: tuple[DestinationSnapshot, ...] = ()
+    # (peer, origin, origin txid held from that origin over that peer's link)
+    origins: tuple[tuple[str, str, int], ...] = ()
+    # (instance, messages received over its link)
+    received: tuple[tuple[str, int], ...] = ()
+    # (instance, seconds since heard by any path)
+    heard: tuple[tuple[str, float], ...] = ()
 
 
 NODE = ("node",)
@@ -374,6 +405,121 @@ EXPIRED_BY_REASON: tuple[tuple[str, QueueReader], ...] = (
 )
 
 
+NODE_DESTINATION = ("node", "destination")
+DestinationReader = Callable[[DestinationSnapshot], float]
+DESTINATION_METRICS: tuple[tuple[MetricSpec, DestinationReader], ...] = (
+    (
+        MetricSpec(
+            "amps_replication_connected",
+            "gauge",
+            "1 while the link to the destination is up",
+            NODE_DESTINATION,
+        ),
+        lambda d: float(d.connected),
+    ),
+    (
+        MetricSpec(
+            "amps_replication_sync",
+            "gauge",
+            "1 while the destination holds persisted acks (sync and not downgraded)",
+            NODE_DESTINATION,
+        ),
+        lambda d: float(d.sync and not d.downgraded),
+    ),
+    (
+        MetricSpec(
+            "amps_replication_downgraded",
+            "gauge",
+            "1 while a sync destination is downgraded to async",
+            NODE_DESTINATION,
+        ),
+        lambda d: float(d.downgraded),
+    ),
+    (
+        MetricSpec(
+            "amps_replication_behind_messages",
+            "gauge",
+            "Log records the destination has not acknowledged",
+            NODE_DESTINATION,
+        ),
+        lambda d: d.messages_behind,
+    ),
+    (
+        MetricSpec(
+            "amps_replication_behind_seconds",
+            "gauge",
+            "How long the destination has been behind this instance's durable log",
+            NODE_DESTINATION,
+            "seconds_behind",
+        ),
+        lambda d: d.seconds_behind,
+    ),
+    (
+        MetricSpec(
+            "amps_replication_acknowledged_txid",
+            "gauge",
+            "Local txid up to which the destination holds everything it takes",
+            NODE_DESTINATION,
+        ),
+        lambda d: d.acknowledged_txid,
+    ),
+    (
+        MetricSpec(
+            "amps_replication_resyncs",
+            "counter",
+            "Links that resumed with records to catch up",
+            NODE_DESTINATION,
+        ),
+        lambda d: d.resyncs,
+    ),
+    (
+        MetricSpec(
+            "amps_replication_sync_changes",
+            "counter",
+            "Downgrades and upgrades of the destination (actions and administrator)",
+            NODE_DESTINATION,
+        ),
+        lambda d: d.sync_changes,
+    ),
+    (
+        MetricSpec(
+            "amps_replication_sent_messages",
+            "counter",
+            "Records sent to the destination",
+            NODE_DESTINATION,
+        ),
+        lambda d: d.messages_sent,
+    ),
+    (
+        MetricSpec(
+            "amps_replication_sent_batches",
+            "counter",
+            "Batches (gRPC messages) sent to the destination",
+            NODE_DESTINATION,
+        ),
+        lambda d: d.batches_sent,
+    ),
+)
+REPLICATION_ORIGIN_TXID = MetricSpec(
+    "amps_replication_origin_txid",
+    "gauge",
+    "The origin's txid of the last record held from that origin over the peer's link",
+    ("node", "peer", "origin"),
+)
+REPLICATION_RECEIVED = MetricSpec(
+    "amps_replication_received_messages",
+    "counter",
+    "Records received over the link from the peer",
+    ("node", "peer"),
+)
+REPLICATION_HEARD = MetricSpec(
+    "amps_replication_last_heard_seconds",
+    "gauge",
+    "Seconds since this instance heard from the instance, directly or through passthrough",
+    ("node", "peer"),
+)
+
+
 def all_metrics() -> list[MetricSpec]:
     """Every metric an instance exposes, in documentation order."""
     return [
@@ -384,6 +530,10 @@ def all_metrics() -> list[MetricSpec]:
         FSYNC_SECONDS,
         *(spec for spec, _ in QUEUE_METRICS),
         QUEUE_EXPIRED,
+        *(spec for spec, _ in DESTINATION_METRICS),
+        REPLICATION_ORIGIN_TXID,
+        REPLICATION_RECEIVED,
+        REPLICATION_HEARD,
     ]
 
 
@@ -420,6 +570,28 @@ class _InstanceCollector:
             disconnects.add_metric([s.node, limit], s.slow_consumer_disconnects.get(limit, 0))
         yield disconnects
         yield from self._queues(s)
+        if s.replication is not None:
+            yield from self._replication(s.node, s.replication)
+
+    @staticmethod
+    def _replication(node: str, r: ReplicationSnapshot) -> Iterator[Metric]:
+        for spec, read in DESTINATION_METRICS:
+            family = _family(spec)
+            for d in r.destinations:
+                family.add_metric([node, d.destination], read(d))
+            yield family
+        origins = _family(REPLICATION_ORIGIN_TXID)
+        for peer, origin, txid in r.origins:
+            origins.add_metric([node, peer, origin], txid)
+        yield origins
+        received = _family(REPLICATION_RECEIVED)
+        for peer, count in r.received:
+            received.add_metric([node, peer], count)
+        yield received
+        heard = _family(REPLICATION_HEARD)
+        for peer, seconds in r.heard:
+            heard.add_metric([node, peer], seconds)
+        yield heard
 
     @staticmethod
     def _queues(s: InstanceSnapshot) -> Iterator[Metric]:

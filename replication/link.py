@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
+from amps.config.actions import DO_DOWNGRADE, DO_UPGRADE, ON_SCHEDULE, interval_ms
 from amps.v1 import replication_pb2 as pb
 from amps.v1 import replication_pb2_grpc as pb_grpc
 from replication.convert import BadFrame, from_pb, to_pb
+from replication.downgrade import sync_decisions
 from replication.frames import Hello, OriginPosition, Refusal
 from replication.link_core import (
     Action,
@@ -42,10 +44,12 @@ from replication.link_core import (
     SyncChanged,
 )
 from replication.positions import PositionBook
+from replication.reachability import Reachability
 from replication.routing import Route
 
 if TYPE_CHECKING:
     from amps.config import Config
+    from amps.metrics import ReplicationSnapshot
     from amps.server.instance import Instance
 
 log = logging.getLogger("amps.replication")
@@ -88,6 +92,7 @@ class Replicator:
         self.local = config.name
         self._positions_path = directory / POSITIONS_FILE
         self.book = PositionBook(_load_positions(self._positions_path))
+        self.reachability = Reachability(config.name)
         replication = config.replication
         destinations = replication.destinations if replication is not None else ()
         self.routes = {d.name: Route(config.name, d) for d in destinations}
@@ -122,6 +127,8 @@ class Replicator:
             if addrs:
                 self._spawn(self._dial_loop(destination.name, addrs, delay_s))
         self._spawn(self._save_loop())
+        for every_ms, downgrade_ms, upgrade_ms in _sync_schedules(self.config):
+            self._spawn(self._schedule_loop(every_ms, downgrade_ms, upgrade_ms))
 
     async def stop(self) -> None:
         self._stopping = True
@@ -141,7 +148,13 @@ class Replicator:
         core = self.cores.get(peer)
         if core is None:
             core = self.cores[peer] = LinkCore(
-                self.local, self.config.group, self.instance.journal, self.routes, self.book, peer
+                self.local,
+                self.config.group,
+                self.instance.journal,
+                self.routes,
+                self.book,
+                peer,
+                reachability=self.reachability,
             )
             self._idle[peer] = asyncio.Event()
             self._idle[peer].set()
@@ -154,6 +167,10 @@ class Replicator:
         for session in list(self._sessions.values()):
             if session.core.state is LinkState.READY and session.core.sends:
                 self._step(session, LogAdvanced())
+        now_ms = self.instance.now_ms()
+        for peer, core in self.cores.items():
+            if core.sends and peer not in self._sessions:
+                core.handle(LogAdvanced(), now_ms)  # only counts how long it is behind
 
     def sync_acked_txid(self, durable_txid: int) -> int:
         """L2: the txid up to which every sync (not downgraded) destination holds the log."""
@@ -182,6 +199,100 @@ class Replicator:
     def statistics(self) -> list[LinkStatistics]:
         now_ms = self.instance.now_ms()
         return [self.cores[p].statistics(now_ms) for p in sorted(self.cores)]
+
+    def status(self) -> dict[str, object]:
+        """The admin view: destinations, incoming links, per-origin positions, reachability."""
+        now_ms = self.instance.now_ms()
+        destinations = []
+        incoming = []
+        for stats in self.statistics():
+            route = self.routes.get(stats.peer)
+            if route is not None:
+                destinations.append(
+                    {
+                        "name": stats.peer,
+                        "group": route.group,
+                        "connected": stats.state == LinkState.READY.value,
+                        "sync_type": "sync" if route.sync else "async",
+                        "downgraded": stats.downgraded,
+                        "messages_behind": stats.behind_records,
+                        "seconds_behind": stats.oldest_unacked_ms / 1000,
+                        "acknowledged_txid": stats.acked_through_txid,
+                        "resyncs": stats.resyncs,
+                        "sync_changes": stats.sync_changes,
+                        "batches_sent": stats.batches_sent,
+                        "messages_sent": stats.records_sent,
+                    }
+                )
+            incoming.append(
+                {
+                    "peer": stats.peer,
+                    "connected": stats.state == LinkState.READY.value,
+                    "batches_received": stats.batches_received,
+                    "messages_received": stats.records_received,
+                }
+            )
+        return {
+            "instance": self.local,
+            "group": self.config.group,
+            "destinations": destinations,
+            "links": incoming,
+            "origins": [
+                {
+                    "peer": peer,
+                    "origin": p.origin,
+                    "origin_txid": p.origin_txid,
+                    "upstream_txid": p.upstream_txid,
+                }
+                for peer, p in self.book.entries()
+            ],
+            "reachability": [
+                {"instance": name, "seconds_since_heard": age_ms / 1000}
+                for name, age_ms in self.reachability.table(now_ms)
+            ],
+        }
+
+    def snapshot(self) -> ReplicationSnapshot:
+        """The metrics view (amps.metrics reads it at a scrape)."""
+        from amps.metrics import DestinationSnapshot, ReplicationSnapshot
+
+        now_ms = self.instance.now_ms()
+        stats = self.statistics()
+        return ReplicationSnapshot(
+            destinations=tuple(
+                DestinationSnapshot(
+                    destination=s.peer,
+                    connected=s.state == LinkState.READY.value,
+                    sync=s.sync,
+                    downgraded=s.downgraded,
+                    messages_behind=s.behind_records,
+                    seconds_behind=s.oldest_unacked_ms / 1000,
+                    acknowledged_txid=s.acked_through_txid,
+                    resyncs=s.resyncs,
+                    sync_changes=s.sync_changes,
+                    messages_sent=s.records_sent,
+                    batches_sent=s.batches_sent,
+                )
+                for s in stats
+                if s.sends
+            ),
+            origins=tuple((peer, p.origin, p.origin_txid) for peer, p in self.book.entries()),
+            received=tuple((s.peer, s.records_received) for s in stats),
+            heard=tuple((i, age / 1000) for i, age in self.reachability.table(now_ms)),
+        )
+
+    def admin_action(self, rest: str) -> tuple[int, str, bytes]:
+        """POST /amps/administrator/replication/<destination>/downgrade|upgrade."""
+        name, _, verb = rest.rpartition("/")
+        if verb not in ("downgrade", "upgrade") or not name:
+            body = json.dumps({"error": "expected <destination>/downgrade or /upgrade"})
+            return 404, "application/json", body.encode()
+        if not self.set_downgraded(name, verb == "downgrade", "administrator"):
+            body = json.dumps({"error": f"no sync destination named {name!r}"})
+            return 404, "application/json", body.encode()
+        core = self.cores[name]
+        body = json.dumps({"destination": name, "downgraded": core.downgraded})
+        return 200, "application/json", body.encode()
 
     # -- streams -----------------------------------------------------------------------------
 
@@ -331,6 +442,27 @@ class Replicator:
         self._execute(session, session.core.on_deadline(self.instance.now_ms()))
         self._arm(session)
 
+    # -- downgrade and upgrade actions -------------------------------------------------------
+
+    async def _schedule_loop(
+        self, every_ms: int, downgrade_age_ms: int | None, upgrade_age_ms: int | None
+    ) -> None:
+        minimum = _min_sync_destinations(self.config)
+        while True:
+            await asyncio.sleep(every_ms / 1000)
+            changes = sync_decisions(
+                self.statistics(),
+                downgrade_age_ms=downgrade_age_ms,
+                upgrade_age_ms=upgrade_age_ms,
+                min_sync_destinations=minimum,
+            )
+            for peer, downgraded in changes:
+                verb = "downgrade" if downgraded else "upgrade"
+                age = downgrade_age_ms if downgraded else upgrade_age_ms
+                self.set_downgraded(
+                    peer, downgraded, f"amps-action-do-{verb}-replication Age {age} ms"
+                )
+
     # -- positions ---------------------------------------------------------------------------
 
     async def _save_loop(self) -> None:
@@ -349,6 +481,30 @@ class Replicator:
             os.replace(temporary, self._positions_path)
         except OSError as exc:
             log.warning("cannot save replication positions: %s", exc)
+
+
+def _sync_schedules(config: Config) -> list[tuple[int, int | None, int | None]]:
+    """(Every, downgrade Age, upgrade Age) in ms of each scheduled replication action."""
+    schedules: list[tuple[int, int | None, int | None]] = []
+    for action in config.actions:
+        every = [interval_ms(on, "Every") for on in action.on if on.module == ON_SCHEDULE]
+        down = [interval_ms(do, "Age") for do in action.do if do.module == DO_DOWNGRADE]
+        up = [interval_ms(do, "Age") for do in action.do if do.module == DO_UPGRADE]
+        if down or up:
+            schedules.extend((ms, down[0] if down else None, up[0] if up else None) for ms in every)
+    return schedules
+
+
+def _min_sync_destinations(config: Config) -> int:
+    """`Tuning/Replication/MinSyncDestinations` (0 when unset or not a whole number)."""
+    tuning = config.reserved_section("Tuning")
+    for section in tuning.children if tuning is not None else ():
+        if section.tag != "Replication":
+            continue
+        for item in section.children:
+            if item.tag == "MinSyncDestinations" and item.text.strip().isdigit():
+                return int(item.text.strip())
+    return 0
 
 
 def _load_positions(path: Path) -> list[tuple[str, OriginPosition]]:

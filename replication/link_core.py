@@ -37,6 +37,7 @@ from replication.frames import (
     Refusal,
 )
 from replication.positions import PositionBook
+from replication.reachability import Reachability
 from replication.routing import NO_DIGEST, Route
 
 # Refusal codes, each with what it means; docs/reference/errors.md lists them (amps.tools).
@@ -177,6 +178,7 @@ class LinkStatistics:
     records_received: int
     received_through_txid: int
     resyncs: int
+    sync_changes: int
     last_heard_ms: int | None
 
 
@@ -198,6 +200,7 @@ class LinkCore:
         peer: str,
         *,
         limits: LinkLimits | None = None,
+        reachability: Reachability | None = None,
     ) -> None:
         self.local = local
         self.group = group
@@ -205,6 +208,7 @@ class LinkCore:
         self.book = book
         self.peer = peer
         self.limits = limits or LinkLimits()
+        self.reachability = reachability or Reachability(local)
         self.state = LinkState.IDLE
         self.downgraded = False
         self.close_reason = ""
@@ -226,7 +230,9 @@ class LinkCore:
         self._batches_received = 0
         self._records_received = 0
         self._resyncs = 0
+        self._sync_changes = 0
         self._last_sent_ms = 0
+        self._last_heartbeat_ms = 0
         self._last_heard_ms: int | None = None
 
     # -- dispatch ----------------------------------------------------------------------------
@@ -240,16 +246,22 @@ class LinkCore:
                 if self.state is LinkState.IDLE:
                     return []  # a frame that raced the close
                 self._last_heard_ms = now_ms
+                self.reachability.heard_directly(self.peer, now_ms)
                 return self._on_frame(frame, now_ms)
             case LogAdvanced():
-                return self._fill(now_ms) if self.state is LinkState.READY else []
+                if self.state is not LinkState.READY:
+                    self._track_unacked(now_ms)  # a down destination falls behind (downgrade)
+                    return []
+                return self._fill(now_ms)
             case RecordsDurable(through_txid):
                 return self._on_records_durable(through_txid, now_ms)
             case Disconnected(reason):
                 self._reset(reason)
                 return []
             case SyncChanged(downgraded, _):
-                self.downgraded = downgraded and self.sync
+                if self.sync and downgraded != self.downgraded:
+                    self.downgraded = downgraded
+                    self._sync_changes += 1
                 return []
         raise AssertionError(f"unknown event {event!r}")
 
@@ -263,9 +275,11 @@ class LinkCore:
             self._reset(reason)
             return [Close(reason)]
         if self.state is LinkState.READY and (
-            now_ms - self._last_sent_ms >= self.limits.heartbeat_interval_ms
+            now_ms - self._last_heartbeat_ms >= self.limits.heartbeat_interval_ms
         ):
-            return [self._send(Heartbeat(), now_ms)]
+            # Also on a busy link: the heartbeat carries the reachability table onwards.
+            self._last_heartbeat_ms = now_ms
+            return [self._send(Heartbeat(self.reachability.table(now_ms)), now_ms)]
         return []
 
     def next_deadline_ms(self) -> int | None:
@@ -275,7 +289,7 @@ class LinkCore:
         heard = self._last_heard_ms if self._last_heard_ms is not None else self._connected_ms
         deadline = heard + self.limits.peer_timeout_ms
         if self.state is LinkState.READY:
-            deadline = min(deadline, self._last_sent_ms + self.limits.heartbeat_interval_ms)
+            deadline = min(deadline, self._last_heartbeat_ms + self.limits.heartbeat_interval_ms)
         return deadline
 
     @property
@@ -330,7 +344,9 @@ class LinkCore:
             return self._on_batch(frame)
         if isinstance(frame, Ack):
             return self._on_ack(frame.through_txid, now_ms)
-        return []  # a Heartbeat: hearing it is all it is for
+        assert isinstance(frame, Heartbeat)
+        self.reachability.heard_via(frame.heard, now_ms)
+        return []
 
     def _on_hello(self, hello: Hello, now_ms: int) -> list[Action]:
         if self.state is LinkState.READY:
@@ -342,6 +358,7 @@ class LinkCore:
         if self.state is LinkState.ACCEPTED:
             actions.append(self._send(self._hello(dialled=False), now_ms))
         self.state = LinkState.READY
+        self._last_heartbeat_ms = now_ms
         self._start_sending(hello.positions)
         actions.extend(self._fill(now_ms))
         return actions
@@ -539,6 +556,7 @@ class LinkCore:
             records_received=self._records_received,
             received_through_txid=self.received_through_txid,
             resyncs=self._resyncs,
+            sync_changes=self._sync_changes,
             last_heard_ms=self._last_heard_ms,
         )
 

@@ -1,4 +1,5 @@
-"""Admin commands over the admin HTTP interface: `amps admin queues`, `status`, `metrics`.
+"""Admin commands over the admin HTTP interface: `amps admin queues`, `status`, `metrics`,
+`replication`.
 
 `--server` is the admin address (`Admin/InetAddr`), not the gRPC transport. Exit statuses:
 0 success; 1 the admin interface answered with an HTTP error (or an unreadable body); 2 usage
@@ -12,6 +13,7 @@ import http.client
 import json
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, NoReturn
 
@@ -23,6 +25,8 @@ EXIT_UNREACHABLE = 3
 
 QUEUES_PATH = "/amps/instance/queues.json"
 STATUS_PATH = "/amps/instance.json"
+REPLICATION_PATH = "/amps/instance/replication.json"
+REPLICATION_ACTIONS_PATH = "/amps/administrator/replication"
 METRICS_PATH = "/metrics"
 
 # (heading, key in the queue JSON, format)
@@ -57,11 +61,12 @@ def base_url(server: str) -> str:
     return server
 
 
-def fetch(server: str, path: str, timeout_s: float) -> bytes:
-    """GET one admin path; AdminError on an unreachable address or an HTTP error status."""
+def fetch(server: str, path: str, timeout_s: float, *, method: str = "GET") -> bytes:
+    """GET (or POST) one admin path; AdminError on an unreachable address or an HTTP error."""
     url = base_url(server) + path
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body: bytes = response.read()
             return body
     except urllib.error.HTTPError as error:
@@ -186,3 +191,97 @@ def metrics(server: str, timeout_s: float) -> None:
     except AdminError as error:
         _exit_on_error(error)
     click.echo(body.decode("utf-8", "replace"), nl=False)
+
+
+# (heading, key in the destination JSON, format)
+REPLICATION_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("DESTINATION", "name", "s"),
+    ("CONNECTED", "connected", "s"),
+    ("SYNC", "sync_type", "s"),
+    ("DOWNGRADED", "downgraded", "s"),
+    ("BEHIND", "messages_behind", "d"),
+    ("BEHIND_S", "seconds_behind", ".1f"),
+    ("ACKED_TXID", "acknowledged_txid", "d"),
+    ("RESYNCS", "resyncs", "d"),
+)
+
+
+def replication_table(destinations: list[dict[str, Any]]) -> str:
+    """A fixed-width table, one row per destination."""
+    rows = [[heading for heading, _, _ in REPLICATION_COLUMNS]]
+    for destination in destinations:
+        row = []
+        for _, key, fmt in REPLICATION_COLUMNS:
+            value = destination.get(key)
+            if isinstance(value, bool):
+                row.append("yes" if value else "no")
+            else:
+                row.append("-" if value is None else format(value, fmt))
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(REPLICATION_COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+@admin.group("replication", invoke_without_command=True)
+@server_option
+@timeout_option
+@click.option(
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="A readable table, or the full JSON (links, per-origin positions, reachability).",
+)
+@click.pass_context
+def replication(ctx: click.Context, server: str, timeout_s: float, output: str) -> None:
+    """Per destination: connected, sync or async (downgraded?), messages and seconds behind,
+    last acknowledged txid, resyncs. Subcommands downgrade and upgrade a sync destination."""
+    ctx.obj = (server, timeout_s)
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        body = fetch_json(server, REPLICATION_PATH, timeout_s)
+    except AdminError as error:
+        _exit_on_error(error)
+    if output == "json":
+        click.echo(json.dumps(body, indent=2))
+        return
+    destinations = body.get("destinations", []) if isinstance(body, dict) else []
+    if not destinations:
+        click.echo("no replication destinations configured")
+    else:
+        click.echo(replication_table(destinations))
+    heard = body.get("reachability", []) if isinstance(body, dict) else []
+    if heard:
+        click.echo("")
+        for entry in heard:
+            click.echo(f"heard from {entry['instance']} {entry['seconds_since_heard']:.1f} s ago")
+
+
+def _sync_action(ctx: click.Context, destination: str, verb: str) -> None:
+    server, timeout_s = ctx.obj
+    path = f"{REPLICATION_ACTIONS_PATH}/{urllib.parse.quote(destination, safe='')}/{verb}"
+    try:
+        body = fetch(server, path, timeout_s, method="POST")
+    except AdminError as error:
+        _exit_on_error(error)
+    click.echo(body.decode("utf-8", "replace"))
+
+
+@replication.command("downgrade")
+@click.argument("destination")
+@click.pass_context
+def downgrade(ctx: click.Context, destination: str) -> None:
+    """Downgrade a sync destination to async: persisted acks stop waiting for it (L2)."""
+    _sync_action(ctx, destination, "downgrade")
+
+
+@replication.command("upgrade")
+@click.argument("destination")
+@click.pass_context
+def upgrade(ctx: click.Context, destination: str) -> None:
+    """Make a downgraded destination sync again."""
+    _sync_action(ctx, destination, "upgrade")

@@ -12,11 +12,15 @@ from amps.config.model import ActionConfig, ActionStep, QueueConfig
 from amps.config.reader import Reader
 from amps.config.sections import parse_message_type, parse_publish_topic, parse_topic_name
 from amps.config.topics import is_regex, topic_matches
+from amps.config.units import duration
 
 ON_SOW_EXPIRE = "amps-action-on-sow-expire-message"
+ON_SCHEDULE = "amps-action-on-schedule"
 DO_PUBLISH = "amps-action-do-publish-message"
-ON_MODULES = (ON_SOW_EXPIRE,)
-DO_MODULES = (DO_PUBLISH,)
+DO_DOWNGRADE = "amps-action-do-downgrade-replication"
+DO_UPGRADE = "amps-action-do-upgrade-replication"
+ON_MODULES = (ON_SOW_EXPIRE, ON_SCHEDULE)
+DO_MODULES = (DO_PUBLISH, DO_DOWNGRADE, DO_UPGRADE)
 EXPIRE_REASONS = ("time_limit", "forced_expire", "max_cancels", "max_deliveries")
 CONTEXT_VARIABLES = (
     "AMPS_TOPIC",
@@ -42,6 +46,21 @@ def _parse_data(text: str) -> str:
     return text
 
 
+_parse_interval_ms = duration(10**6, 10**6, "1ms", 10**15, "1000000s")
+
+
+def _parse_interval(text: str) -> str:
+    _parse_interval_ms(text)
+    return text
+
+
+def interval_ms(step: ActionStep, option: str) -> int:
+    """A validated interval option (Every, Age) in milliseconds."""
+    text = step.option(option)
+    assert text is not None, (step.module, option)
+    return _parse_interval_ms(text)
+
+
 # module -> option name -> (required, validator)
 OptionRules = Mapping[str, tuple[bool, Callable[[str], str]]]
 OPTION_RULES: dict[str, OptionRules] = {
@@ -55,6 +74,10 @@ OPTION_RULES: dict[str, OptionRules] = {
         "MessageType": (True, parse_message_type),
         "Data": (True, _parse_data),
     },
+    # AMPS-REFERENCE §4: a schedule driving replication downgrade and upgrade.
+    ON_SCHEDULE: {"Every": (True, _parse_interval)},
+    DO_DOWNGRADE: {"Age": (True, _parse_interval)},
+    DO_UPGRADE: {"Age": (True, _parse_interval)},
 }
 
 
@@ -122,8 +145,11 @@ def check_actions_against_queues(
     queues: tuple[QueueConfig, ...],
 ) -> None:
     """§5.1: an on-expire action names queues (literally or by regex) of its message type."""
-    for _, on_steps in parsed:
+    for action, on_steps in parsed:
+        _check_pairing(reader, action, on_steps)
         for located in on_steps:
+            if located.step.module != ON_SOW_EXPIRE:
+                continue
             topic = located.step.option("Topic") or ""
             message_type = located.step.option("MessageType")
             matched = [q for q in queues if topic_matches(topic, q.name)]
@@ -139,3 +165,22 @@ def check_actions_against_queues(
                     message_type,
                     f"the MessageType of queue {wrong[0]!r}",
                 )
+
+
+# Which Do modules each On module can run.
+RUNS: dict[str, tuple[str, ...]] = {
+    ON_SOW_EXPIRE: (DO_PUBLISH,),
+    ON_SCHEDULE: (DO_DOWNGRADE, DO_UPGRADE),
+}
+
+
+def _check_pairing(reader: Reader, action: ActionConfig, on_steps: list[LocatedStep]) -> None:
+    for located in on_steps:
+        allowed = RUNS[located.step.module]
+        wrong = [do.module for do in action.do if do.module not in allowed]
+        if wrong:
+            reader.error(
+                f"{located.path}/Module",
+                located.step.module,
+                f"an On module that runs {wrong[0]} (it runs " + ", ".join(allowed) + ")",
+            )

@@ -1,4 +1,5 @@
-"""The admin HTTP server: /metrics for Prometheus and JSON status under /amps. GET only.
+"""The admin HTTP server: /metrics for Prometheus and JSON status under /amps (GET), and the
+few administrator actions under /amps/administrator (POST).
 
 A small asyncio HTTP/1.1 responder; the admin surface is a handful of read-only paths, which does
 not justify a web framework dependency.
@@ -29,10 +30,14 @@ class AdminHttpServer:
     """
 
     def __init__(
-        self, routes: dict[str, Route], prefixes: dict[str, PrefixRoute] | None = None
+        self,
+        routes: dict[str, Route],
+        prefixes: dict[str, PrefixRoute] | None = None,
+        post_prefixes: dict[str, PrefixRoute] | None = None,
     ) -> None:
         self.routes = routes
         self.prefixes = dict(prefixes or {})
+        self.post_prefixes = dict(post_prefixes or {})
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -59,6 +64,9 @@ class AdminHttpServer:
                 return
             method, target, _ = parts
             path = target.split("?", 1)[0]
+            if method == "POST" and self.post_prefixes:
+                await self._post(writer, path)
+                return
             if method != "GET":
                 await self._respond(writer, 405, "text/plain", b"only GET is supported\n")
                 return
@@ -85,6 +93,17 @@ class AdminHttpServer:
             await self._respond(writer, 500, "text/plain", b"internal error\n")
         finally:
             writer.close()
+
+    async def _post(self, writer: asyncio.StreamWriter, path: str) -> None:
+        for prefix in sorted(self.post_prefixes, key=len, reverse=True):
+            if path.startswith(prefix) and len(path) > len(prefix):
+                rest = urllib.parse.unquote(path[len(prefix) :])
+                status, content_type, body = self.post_prefixes[prefix](rest)
+                await self._respond(writer, status, content_type, body)
+                return
+        paths = sorted(f"{p}<id>" for p in self.post_prefixes)
+        body = orjson.dumps({"error": f"no POST path {path}", "paths": paths})
+        await self._respond(writer, 404, "application/json", body)
 
     @staticmethod
     async def _respond(

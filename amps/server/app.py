@@ -42,6 +42,9 @@ log = logging.getLogger("amps.server")
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 128 * 1024
 
+REPLICATION_PATH = "/amps/instance/replication"
+REPLICATION_ACTIONS_PATH = "/amps/administrator/replication/"
+
 # A frame holds many messages; each message is capped separately by MaxMessageSize.
 GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
 
@@ -245,6 +248,9 @@ class Server:
         assert self.instance is not None
         queue_manager = self.instance.queues
         queues = QueueRoutes(self.config.name, lambda: queue_manager.drivers)
+        replicated = self.config.replication is not None or (
+            self.config.replication_transport is not None
+        )
         self._admin = AdminHttpServer(
             {
                 "/metrics": lambda: ("text/plain; version=0.0.4", self._metrics().render()),
@@ -255,12 +261,25 @@ class Server:
                 "/health": lambda: ("text/plain", b"ok\n"),
             },
             {f"{QUEUES_PATH}/": queues.one_json},
+            {REPLICATION_ACTIONS_PATH: self._replication_action} if replicated else None,
         )
+        if replicated:
+            self._admin.routes[REPLICATION_PATH] = self._replication_json
+            self._admin.routes[f"{REPLICATION_PATH}.json"] = self._replication_json
         try:
             self.admin_port = await self._admin.start(admin.inet_addr.host, admin.inet_addr.port)
         except OSError as exc:
             addr = f"{admin.inet_addr.host}:{admin.inet_addr.port}"
             fatal(FatalReason.ADDRESS_IN_USE, f"admin http cannot listen on {addr}: {exc}")
+
+    def _replication_json(self) -> tuple[str, bytes]:
+        body = self.replicator.status() if self.replicator is not None else {}
+        return "application/json", orjson.dumps(body, option=orjson.OPT_INDENT_2)
+
+    def _replication_action(self, rest: str) -> tuple[int, str, bytes]:
+        if self.replicator is None:
+            return 404, "application/json", b'{"error": "replication is not running"}'
+        return self.replicator.admin_action(rest)
 
     def _metrics(self) -> Metrics:
         if self.metrics is None:
@@ -329,6 +348,7 @@ class Server:
                 QueueSnapshot(name, driver.statistics())
                 for name, driver in sorted(instance.queues.drivers.items())
             ),
+            replication=self.replicator.snapshot() if self.replicator is not None else None,
         )
 
     def _on_fatal(self, exc: BaseException) -> None:

@@ -51,7 +51,10 @@ def destination_xml(link: Link, port: int) -> str:
 
 
 def cluster_configs(
-    names: Sequence[str], links: Mapping[str, Sequence[Link]], ports: Mapping[str, int]
+    names: Sequence[str],
+    links: Mapping[str, Sequence[Link]],
+    ports: Mapping[str, int],
+    extras: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """One configuration per instance: an incoming replication transport on its port and a
     destination for each of its links."""
@@ -61,6 +64,7 @@ def cluster_configs(
             destination_xml(link, link.port or ports[link.peer]) for link in links.get(name, ())
         )
         extra = f"<Replication>{destinations}</Replication>" if destinations else ""
+        extra += (extras or {}).get(name, "")
         text = config_xml(name=name, extra=extra)
         configs[name] = text.replace(
             "</Transports>",
@@ -82,8 +86,11 @@ class Cluster:
     def __getitem__(self, name: str) -> InstanceProcess:
         return self.instances[name]
 
-    def start(self, links: Mapping[str, Sequence[Link]]) -> Cluster:
-        configs = cluster_configs(self.names, links, self.replication_ports)
+    def start(
+        self, links: Mapping[str, Sequence[Link]], extras: Mapping[str, str] | None = None
+    ) -> Cluster:
+        """Start every instance; `extras[name]` is inserted into that instance's config."""
+        configs = cluster_configs(self.names, links, self.replication_ports, extras)
         try:
             for name in self.names:
                 self.instances[name] = InstanceProcess(self.root / name, configs[name]).start()

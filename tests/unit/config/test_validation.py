@@ -577,3 +577,48 @@ def test_one_way_and_archive_destinations_are_accepted() -> None:
     assert destination is not None
     assert [t.name for t in destination.topics] == ["orders"]
     assert archive.replication.destination("nobody") is None
+
+
+SCHEDULE = (
+    "<On><Module>amps-action-on-schedule</Module><Options><Every>100ms</Every></Options></On>"
+)
+DOWNGRADE = (
+    "<Do><Module>amps-action-do-downgrade-replication</Module>"
+    "<Options><Age>500ms</Age></Options></Do>"
+)
+UPGRADE = (
+    "<Do><Module>amps-action-do-upgrade-replication</Module>"
+    "<Options><Age>100ms</Age></Options></Do>"
+)
+
+
+def test_replication_downgrade_and_upgrade_actions_load() -> None:
+    """L2: the AMPS shape of scheduled downgrade/upgrade actions (AMPS-REFERENCE §4)."""
+    from amps.config.actions import interval_ms
+
+    config = load_config(
+        document(f"<Actions><Action>{SCHEDULE}{DOWNGRADE}{UPGRADE}</Action></Actions>")
+    )
+    (action,) = config.actions
+    assert interval_ms(action.on[0], "Every") == 100
+    assert [interval_ms(do, "Age") for do in action.do] == [500, 100]
+
+
+def test_replication_actions_refuse_bad_options_and_pairings() -> None:
+    A = "AMPSConfig/Actions/Action[1]"
+    assert_error(
+        document(
+            f"<Actions><Action>{SCHEDULE.replace('100ms', 'soon')}{DOWNGRADE}</Action></Actions>"
+        ),
+        f"{A}/On[1]/Options/Every",
+        "",
+    )
+    publish = (
+        "<Do><Module>amps-action-do-publish-message</Module><Options><Topic>t</Topic>"
+        "<MessageType>json</MessageType><Data>x</Data></Options></Do>"
+    )
+    assert_error(
+        document(f"<Actions><Action>{SCHEDULE}{publish}</Action></Actions>"),
+        f"{A}/On[1]/Module",
+        "runs amps-action-do-publish-message",
+    )

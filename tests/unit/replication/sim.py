@@ -29,6 +29,7 @@ from replication.link_core import (
     Send,
 )
 from replication.positions import PositionBook
+from replication.reachability import Reachability
 from replication.routing import Route
 
 LIMITS = LinkLimits(max_batch_records=3, window_batches=2, max_reads_per_step=2)
@@ -90,8 +91,18 @@ class SimInstance:
         self.published = self.marks.high_water(self.publisher_id)
         self.book = PositionBook(self.saved_book)  # type: ignore[arg-type]
         routes = {p: Route(self.name, d) for p, d in self.destinations.items()}
+        self.reachability = Reachability(self.name)
         self.links = {
-            peer: LinkCore(self.name, self.name, self.log, routes, self.book, peer, limits=LIMITS)
+            peer: LinkCore(
+                self.name,
+                self.name,
+                self.log,
+                routes,
+                self.book,
+                peer,
+                limits=LIMITS,
+                reachability=self.reachability,
+            )
             for peer in self.peers
         }
 

@@ -137,7 +137,7 @@ def test_heartbeats_on_an_idle_link_and_close_when_the_peer_is_silent() -> None:
     core = net.instances["a"].links["b"]
     deadline = core.next_deadline_ms()
     assert deadline == LIMITS.heartbeat_interval_ms
-    assert sent(core.on_deadline(deadline)) == [Heartbeat()]
+    assert sent(core.on_deadline(deadline)) == [Heartbeat((("b", 1000),))]
     silent = core.next_deadline_ms()
     assert silent is not None
     actions = core.on_deadline(LIMITS.peer_timeout_ms)
@@ -268,3 +268,40 @@ def test_sync_downgrade_is_recorded_and_apply_waits_for_durability() -> None:
         pass
     assert b.handle(RecordsDurable(0), 0) == []
     assert b.handle(LogAdvanced(), 0) == []  # b has nothing of its own to send
+
+
+def test_reachability_reaches_an_instance_through_its_neighbour() -> None:
+    """Heartbeats carry each side's table: on a line a-b-c, a hears of c through b."""
+    net = line(["a", "b", "c"])
+    net.settle()
+    for _ in range(3):
+        net.now_ms += LIMITS.heartbeat_interval_ms
+        for instance in net.instances.values():
+            for peer, link in instance.links.items():
+                net._run(instance.name, peer, link.on_deadline(net.now_ms))
+        while any(net.deliver(x, y) for x, y in list(net.streams)):
+            pass
+    reach = net.instances["a"].reachability
+    assert reach.last_heard_ms("b") == net.now_ms
+    heard_c = reach.last_heard_ms("c")
+    assert heard_c is not None
+    assert net.now_ms - heard_c <= LIMITS.heartbeat_interval_ms
+    assert reach.last_heard_ms("a") is None
+
+
+def test_a_destination_that_is_down_falls_behind_for_the_downgrade_rule() -> None:
+    """L2: the age a downgrade action reads grows while the destination is unreachable."""
+    net = pair()
+    a = net.instances["a"]
+    a.publish()
+    net.settle()
+    core = a.links["b"]
+    assert core.oldest_unacked_ms(net.now_ms) == 0
+    net.cut("a", "b")
+    a.publish()
+    net.now_ms = 100
+    net.flush("a")
+    net.now_ms = 700
+    assert core.oldest_unacked_ms(net.now_ms) == 600
+    net.settle()
+    assert core.oldest_unacked_ms(net.now_ms) == 0

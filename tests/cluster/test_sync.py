@@ -1,0 +1,118 @@
+"""Sync destinations and persisted acks (L2): held while a sync destination is down, released
+by a downgrade (an action or an administrator), and sync again after an upgrade; the admin
+view, `amps admin replication` and /metrics show it (issue 8, D4, D5)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.cluster.checker import assert_clean, check
+from tests.cluster.test_replication import TIMEOUT_S, publish, read_all
+from tests.cluster.test_topologies import clusters  # noqa: F401 (fixture)
+from tests.harness.cluster import Cluster, Link, cluster
+from tests.integration.test_admin import amps_cli
+
+ACTIONS = (
+    "<Actions><Action>"
+    "<On><Module>amps-action-on-schedule</Module><Options><Every>100ms</Every></Options></On>"
+    "<Do><Module>amps-action-do-downgrade-replication</Module>"
+    "<Options><Age>500ms</Age></Options></Do>"
+    "<Do><Module>amps-action-do-upgrade-replication</Module>"
+    "<Options><Age>200ms</Age></Options></Do>"
+    "</Action></Actions>"
+)
+
+
+def replication_status(admin_port: int) -> dict[str, object]:
+    url = f"http://127.0.0.1:{admin_port}/amps/instance/replication.json"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body: dict[str, object] = json.loads(response.read())
+    return body
+
+
+def destination(admin_port: int, name: str) -> dict[str, object]:
+    destinations = replication_status(admin_port)["destinations"]
+    assert isinstance(destinations, list)
+    return next(d for d in destinations if d["name"] == name)
+
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> None:
+    """Poll a condition (it reads another process's admin view) until it holds; bounded.
+    Polling, since the other process's state is nothing this one could await."""
+    for _ in range(int(timeout_s / 0.05)):
+        if await asyncio.to_thread(condition):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+async def test_a_dead_sync_destination_is_downgraded_by_the_action_and_upgraded_on_return(
+    tmp_path: Path,
+    clusters: list[Cluster],  # noqa: F811
+) -> None:
+    """L2: with the actions configured, acks are released once the dead destination's oldest
+    unacknowledged record is older than the downgrade Age; back and caught up, it is upgraded."""
+    pair = cluster(tmp_path, ["a", "b"])
+    clusters.append(pair)
+    pair.start({"a": [Link("b")], "b": [Link("a")]}, {"a": ACTIONS})
+    await publish(pair["a"], "pub-a", 20)
+    admin = pair["a"].admin_port
+    pair["b"].kill()
+    await publish(pair["a"], "pub-a", 20, start=21)  # completes only through the downgrade
+    assert destination(admin, "b")["downgraded"] is True
+    await asyncio.to_thread(pair["b"].restart, kill=True)
+    await wait_until(lambda: destination(admin, "b")["downgraded"] is False)
+    assert destination(admin, "b")["sync_changes"] == 2
+    got = await read_all(pair["b"], 40)
+    assert_clean(check(((p, n) for p, n, _ in got), {"pub-a": 40}), "b")
+    assert "downgraded to async" in "".join(pair["a"].output)
+    url = f"http://127.0.0.1:{admin}/metrics"
+    metrics = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+    assert b'amps_replication_sync_changes_total{destination="b",node="a"} 2.0' in metrics
+
+
+async def test_the_administrator_downgrades_and_upgrades_with_amps_admin_replication(
+    tmp_path: Path,
+    clusters: list[Cluster],  # noqa: F811
+) -> None:
+    """D4/L2: without actions a dead sync destination holds acks until an administrator
+    downgrades it; `amps admin replication` shows it."""
+    pair = cluster(tmp_path, ["a", "b"])
+    clusters.append(pair)
+    pair.start({"a": [Link("b")], "b": [Link("a", sync=False)]})
+    await publish(pair["a"], "pub-a", 10)
+    server = f"127.0.0.1:{pair['a'].admin_port}"
+    shown = await asyncio.to_thread(amps_cli, "admin", "replication", "--server", server)
+    assert shown.returncode == 0, shown.stderr
+    header, row = shown.stdout.splitlines()[:2]
+    assert header.split()[:4] == ["DESTINATION", "CONNECTED", "SYNC", "DOWNGRADED"]
+    assert row.split()[:4] == ["b", "yes", "sync", "no"]
+    pair["b"].kill()
+    held = asyncio.ensure_future(publish(pair["a"], "pub-a", 10, start=11))
+    await wait_until(lambda: destination(pair["a"].admin_port, "b")["connected"] is False)
+    assert not held.done()
+    done = await asyncio.to_thread(
+        amps_cli, "admin", "replication", "--server", server, "downgrade", "b"
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"destination": "b", "downgraded": True}
+    await asyncio.wait_for(held, TIMEOUT_S)
+    up = await asyncio.to_thread(
+        amps_cli, "admin", "replication", "--server", server, "upgrade", "b"
+    )
+    assert json.loads(up.stdout)["downgraded"] is False
+    missing = await asyncio.to_thread(
+        amps_cli, "admin", "replication", "--server", server, "downgrade", "nobody"
+    )
+    assert missing.returncode == 1
+    assert "no sync destination named 'nobody'" in missing.stderr
+    as_json = await asyncio.to_thread(
+        amps_cli, "admin", "replication", "--server", server, "--output", "json"
+    )
+    body = json.loads(as_json.stdout)
+    assert {o["origin"] for o in body["origins"]} <= {"b"}
+    assert body["destinations"][0]["name"] == "b"
