@@ -18,7 +18,7 @@ python_ok = $(1) -c 'import sys; sys.exit(sys.version_info < ($(subst .,$(comma)
 	exit 1; }
 comma := ,
 
-.PHONY: run test lint proto proto-check bench clean venv
+.PHONY: run test lint proto proto-check bench clean venv docker-up docker-down
 
 $(VENV)/bin/activate:
 	@$(call python_ok,$(PYTHON),)
@@ -63,6 +63,13 @@ proto-check: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-dev
 	$(PY) -m compileall -q amps replication
 	$(PY) -m bench
+
+# A Docker engine of our own and the test base images, for the tests marked `docker` (root).
+docker-up:
+	bash tests/docker/engine.sh up
+
+docker-down:
+	bash tests/docker/engine.sh down
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

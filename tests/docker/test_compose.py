@@ -1,0 +1,134 @@
+"""deploy/docker-compose.yml for real (issue 13, D2, D5): three instances and Prometheus in
+containers, reached through the ports published on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from amps.client import Client
+from tests.docker.conftest import compose_project
+from tests.harness.docker import Compose, free_ports, health, run, wait_for
+from tests.harness.streams import take
+
+INSTANCES = ("amps-1", "amps-2", "amps-3")
+HEALTHY_WITHIN_S = 90.0
+# Prometheus scrapes every 5 s (deploy/prometheus-compose.yml); a change shows within a few scrapes.
+SCRAPED_WITHIN_S = 60.0
+
+
+@dataclass
+class Cluster:
+    compose: Compose
+    client_ports: dict[str, int]
+    prometheus_port: int
+
+    def address(self, instance: str) -> str:
+        return f"127.0.0.1:{self.client_ports[instance]}"
+
+    def targets(self) -> dict[str, str]:
+        """Prometheus's view: scrape target host -> health (`up`, `down`, `unknown`)."""
+        url = f"http://127.0.0.1:{self.prometheus_port}/api/v1/targets"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                body = json.load(response)
+        except OSError:
+            return {}
+        active = body["data"]["activeTargets"]
+        return {t["labels"]["instance"].split(":")[0]: t["health"] for t in active}
+
+    def wait_healthy(self, *instances: str) -> None:
+        for instance in instances:
+            container = self.compose.container(instance)
+            wait_for(
+                lambda c=container: health(c) == "healthy", f"{instance} healthy", HEALTHY_WITHIN_S
+            )
+
+
+def start_cluster(amps_image: str, *services: str) -> Cluster:
+    ports = free_ports(7)
+    names = [f"AMPS_{n}_CLIENT_PORT" for n in (1, 2, 3)] + [
+        f"AMPS_{n}_ADMIN_PORT" for n in (1, 2, 3)
+    ]
+    compose = compose_project(
+        amps_image, {**dict(zip(names, ports, strict=False)), "PROMETHEUS_PORT": ports[6]}
+    )
+    cluster = Cluster(compose, dict(zip(INSTANCES, ports[:3], strict=True)), ports[6])
+    compose("up", "--detach", "--no-build", *services)
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(amps_image: str) -> Iterator[Cluster]:
+    cluster = start_cluster(amps_image)
+    try:
+        cluster.wait_healthy(*INSTANCES)
+        yield cluster
+    finally:
+        cluster.compose("down", "--volumes", "--timeout", "10", check=False)
+
+
+async def publish(address: str, topic: str, ids: range) -> None:
+    async with Client(f"compose-publisher-{topic}") as client:
+        await client.connect(address)
+        for i in ids:
+            await client.publish(topic, json.dumps({"id": i}))
+        await client.flush(30)
+
+
+async def replay(address: str, topic: str, count: int) -> list[int]:
+    async with Client(f"compose-reader-{topic}") as client:
+        await client.connect(address)
+        subscription = await client.subscribe(topic, bookmark="epoch")
+        return [message.json()["id"] for message in await take(subscription, count)]
+
+
+def test_every_instance_is_healthy_and_scraped_by_prometheus(cluster: Cluster) -> None:
+    """Three healthy instances; Prometheus reaches each one's /metrics by service name."""
+    expected = dict.fromkeys(INSTANCES, "up")
+    wait_for(lambda: cluster.targets() == expected, "all three targets up", SCRAPED_WITHIN_S)
+
+
+def test_each_instance_serves_clients_on_its_published_port(cluster: Cluster) -> None:
+    """Publish through every instance's published port and read it back there (L1, L7)."""
+    for n, instance in enumerate(INSTANCES):
+        topic = f"compose-each-{n}"
+        asyncio.run(publish(cluster.address(instance), topic, range(20)))
+        assert asyncio.run(replay(cluster.address(instance), topic, 20)) == list(range(20))
+
+
+def test_a_killed_instance_restarts_with_its_journal_and_prometheus_sees_it(
+    cluster: Cluster,
+) -> None:
+    """docker kill (SIGKILL) then docker start: the journal in the named volume keeps every
+    persisted message (L8), and Prometheus shows the target down and up again."""
+    address = cluster.address("amps-2")
+    asyncio.run(publish(address, "compose-kill", range(50)))
+    container = cluster.compose.container("amps-2")
+    run(["docker", "kill", container])
+    wait_for(lambda: cluster.targets().get("amps-2") == "down", "amps-2 down", SCRAPED_WITHIN_S)
+    run(["docker", "start", container])
+    cluster.wait_healthy("amps-2")
+    assert asyncio.run(replay(address, "compose-kill", 50)) == list(range(50))
+    wait_for(lambda: cluster.targets().get("amps-2") == "up", "amps-2 up again", SCRAPED_WITHIN_S)
+
+
+def test_down_keeps_the_journal_volumes_and_down_volumes_removes_them(amps_image: str) -> None:
+    """`down` keeps each instance's named volume (its journal); `down -v` removes them."""
+    single = start_cluster(amps_image, "amps-1")
+    try:
+        single.wait_healthy("amps-1")
+        asyncio.run(publish(single.address("amps-1"), "compose-volume", range(5)))
+        single.compose("down", "--timeout", "10")
+        assert f"{single.compose.project}_amps-1-data" in set(single.compose.volumes())
+        single.compose("up", "--detach", "--no-build", "amps-1")
+        single.wait_healthy("amps-1")
+        assert asyncio.run(replay(single.address("amps-1"), "compose-volume", 5)) == list(range(5))
+    finally:
+        single.compose("down", "--volumes", "--timeout", "10", check=False)
+    assert not set(single.compose.volumes())
