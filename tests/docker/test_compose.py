@@ -102,6 +102,15 @@ def test_each_instance_serves_clients_on_its_published_port(cluster: Cluster) ->
         assert asyncio.run(replay(cluster.address(instance), topic, 20)) == list(range(20))
 
 
+def test_a_publish_on_one_instance_is_read_on_the_other_two(cluster: Cluster) -> None:
+    """Replication between containers by service name (D1, R1): every instance holds every
+    message of the publisher, in its order."""
+    asyncio.run(publish(cluster.address("amps-1"), "compose-replicated", range(100)))
+    for instance in ("amps-2", "amps-3"):
+        ids = asyncio.run(replay(cluster.address(instance), "compose-replicated", 100))
+        assert ids == list(range(100)), instance
+
+
 def test_a_killed_instance_restarts_with_its_journal_and_prometheus_sees_it(
     cluster: Cluster,
 ) -> None:
@@ -119,16 +128,18 @@ def test_a_killed_instance_restarts_with_its_journal_and_prometheus_sees_it(
 
 
 def test_down_keeps_the_journal_volumes_and_down_volumes_removes_them(amps_image: str) -> None:
-    """`down` keeps each instance's named volume (its journal); `down -v` removes them."""
-    single = start_cluster(amps_image, "amps-1")
+    """`down` keeps each instance's named volume (its journal); `down -v` removes them. (All
+    three run: amps-1's sync destinations must be up for its persisted acks, L2.)"""
+    own = start_cluster(amps_image)
     try:
-        single.wait_healthy("amps-1")
-        asyncio.run(publish(single.address("amps-1"), "compose-volume", range(5)))
-        single.compose("down", "--timeout", "10")
-        assert f"{single.compose.project}_amps-1-data" in set(single.compose.volumes())
-        single.compose("up", "--detach", "--no-build", "amps-1")
-        single.wait_healthy("amps-1")
-        assert asyncio.run(replay(single.address("amps-1"), "compose-volume", 5)) == list(range(5))
+        own.wait_healthy(*INSTANCES)
+        asyncio.run(publish(own.address("amps-1"), "compose-volume", range(5)))
+        own.compose("down", "--timeout", "10")
+        volumes = set(own.compose.volumes())
+        assert {f"{own.compose.project}_{i}-data" for i in INSTANCES} <= volumes
+        own.compose("up", "--detach", "--no-build")
+        own.wait_healthy(*INSTANCES)
+        assert asyncio.run(replay(own.address("amps-1"), "compose-volume", 5)) == list(range(5))
     finally:
-        single.compose("down", "--volumes", "--timeout", "10", check=False)
-    assert not set(single.compose.volumes())
+        own.compose("down", "--volumes", "--timeout", "10", check=False)
+    assert not set(own.compose.volumes())
