@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import queue
 import threading
@@ -38,6 +39,8 @@ from amps.log.storage import (
 )
 
 __all__ = ["Journal", "JournalStatistics"]
+
+log = logging.getLogger("amps.journal")
 
 FsyncObserver = Callable[[float], None]
 # A reopen scans at most this much of the newest segment (~0.1 s at the 70-100 MB/s the scan
@@ -435,8 +438,12 @@ class Journal:
                 await self.commit()
                 while self._flushing:  # one the commit loop started and no longer waits for
                     await self._next_flush()
-                # A clean close reopens without any scan.
-                await self._next_flush(force_checkpoint=True)
+                # A clean close reopens without any scan; that is all the checkpoint is for, so
+                # one that cannot be written (a full disk) only costs the next open a scan.
+                try:
+                    await self._next_flush(force_checkpoint=True)
+                except JournalError as exc:
+                    log.warning("%s: no tail checkpoint at close (%s)", self.directory, exc)
         finally:
             self._closed = True
             if self._writer_thread is not None:

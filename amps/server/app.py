@@ -368,7 +368,10 @@ class Server:
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         if self.instance is not None:
-            await self.instance.journal.close()
+            try:
+                await self.instance.journal.close()
+            except errors.JournalError as exc:  # records appended at the end, never acked
+                fatal(FatalReason.JOURNAL_IO, f"journal commit at stop failed: {exc.message}")
         self.stopped.set()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ from amps.log.records import PublishRecord, QueueRecord
 from amps.queue import ExpireReason
 from amps.queue.snapshot_codec import SnapshotFormatError, decode_snapshot, encode_snapshot
 from amps.server.convert import success_ack
-from amps.server.queue_store import STORE_FILE_NAME, QueueStore, StoredQueue
+from amps.server.queue_store import STORE_FILE_NAME, QueueStore, StoredQueue, set_aside
 from amps.server.queues import QueueDriver
 from amps.v1 import client_pb2 as pb
 
@@ -220,9 +221,29 @@ class QueueManager:
     # -- recovery and checkpoints ------------------------------------------------------------
 
     async def open_store(self, directory: Path) -> None:
-        """Open the queue state store beside the journal and read what it remembers."""
-        self.store = await QueueStore.open(directory / STORE_FILE_NAME)
-        self._stored = await self.store.load()
+        """Open the queue state store beside the journal and read what it remembers.
+
+        A store that is not a readable SQLite database is set aside (renamed with the suffix
+        `.damaged-<time>`) and started afresh: it only speeds recovery up, and the queues are
+        rebuilt from the log as if it were missing.
+        """
+        path = directory / STORE_FILE_NAME
+        try:
+            self.store = await QueueStore.open(path)
+            self._stored = await self.store.load()
+        except sqlite3.DatabaseError as exc:
+            if self.store is not None:
+                await self.store.close()
+            aside = set_aside(path, self.instance.wall_us())
+            log.warning(
+                "queue store %s is unreadable (%s): set aside as %s; rebuilding the queues "
+                "from the journal",
+                path,
+                exc,
+                aside.name,
+            )
+            self.store = await QueueStore.open(path)
+            self._stored = await self.store.load()
 
     def recover(self) -> int:
         """Q16: each queue starts from its snapshot, its recovery point or its configured
@@ -310,6 +331,8 @@ class QueueManager:
             await asyncio.sleep(CHECKPOINT_INTERVAL_S)
             try:
                 await self.checkpoint()
+            except (sqlite3.Error, OSError) as exc:  # a full disk: one line, no traceback
+                log.error("queue checkpoint failed (%s); the log still holds everything", exc)
             except Exception:
                 log.exception("queue checkpoint failed; the log still holds everything")
 
@@ -363,9 +386,23 @@ class QueueManager:
         if self._checkpointer is not None:
             self._checkpointer.cancel()
             await asyncio.gather(self._checkpointer, return_exceptions=True)
-        if self.store is not None:
+        if self.store is None:
+            return
+        try:
             await self.checkpoint(final=True)
+        except (sqlite3.Error, OSError) as exc:
+            # The log is the truth and the checkpoint an optimisation: a stop that cannot write
+            # it (a full disk) says so and goes on stopping; the next start replays the log
+            # from the last checkpoint that was stored.
+            log.error(
+                "queue checkpoint at stop not written (%s): nothing is lost, the journal holds "
+                "every message; the next start replays it from the last stored checkpoint",
+                exc,
+            )
+        try:
             await self.store.close()
+        except (sqlite3.Error, OSError) as exc:
+            log.error("queue store did not close cleanly (%s)", exc)
 
 
 def _max_backlog(request: pb.Subscribe) -> int | None:

@@ -107,6 +107,16 @@ def prefetch(path: Path) -> None:
     threading.Thread(target=read, name="queue-store-prefetch", daemon=True).start()
 
 
+def set_aside(path: Path, wall_us: int) -> Path:
+    """Rename an unreadable store (and its WAL files) out of the way; the new name."""
+    aside = path.with_name(f"{path.name}.damaged-{wall_us // 1_000_000}")
+    for suffix in ("", "-wal", "-shm"):
+        source = path.with_name(path.name + suffix)
+        if source.exists():
+            source.replace(aside.with_name(aside.name + suffix))
+    return aside
+
+
 class QueueStore:
     """One SQLite file beside the journal segments."""
 

@@ -21,7 +21,8 @@ TIMEOUT_S = 30
 TOTAL = 3_000
 QUEUE = (
     "<SOW><Queue><Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic>"
-    "<MessageType>json</MessageType></Queue></SOW>"
+    "<MessageType>json</MessageType><MaxPerSubscriptionBacklog>20</MaxPerSubscriptionBacklog>"
+    "</Queue></SOW>"
 )
 
 
@@ -151,3 +152,30 @@ async def test_damage_to_the_newest_acknowledged_record_refuses_to_start(tmp_pat
     assert f"segment {newest.name} at offset {last}" in output
     assert "could have been acknowledged" in output
     assert newest.stat().st_size == len(pristine)
+
+
+async def test_a_garbage_queue_store_is_set_aside_and_rebuilt_from_the_log(
+    tmp_path: Path,
+) -> None:
+    """Issue 11 item 5: queues.db of random bytes is set aside with a warning and the queue is
+    rebuilt from the log, as when the file is missing (no traceback, no exit 1)."""
+    instance = InstanceProcess(tmp_path / "amps", config_xml(extra=QUEUE)).start()
+    try:
+        await _publish(instance, "orders", 20)
+    finally:
+        instance.stop()
+    store = instance.workdir / "journal" / "queues.db"
+    store.write_bytes(bytes(range(256)) * 64)
+    instance.start()
+    try:
+        output = "".join(instance.output)
+        assert "queue store" in output
+        assert "set aside as queues.db.damaged-" in output
+        assert len(list(store.parent.glob("queues.db.damaged-*"))) == 1
+        async with Client("store-check") as client:
+            await client.connect(instance.address)
+            subscription = await client.subscribe("work", max_backlog=20)
+            messages = await take(subscription, 20)
+        assert sorted(m.json()["id"] for m in messages) == list(range(1, 21))
+    finally:
+        instance.kill()
