@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import pytest
 
 from amps.client import Client
+from tests.cluster.checker import assert_clean, check
 from tests.docker.conftest import compose_project
 from tests.harness.docker import Compose, free_ports, health, run, wait_for
-from tests.harness.streams import take
+from tests.harness.streams import more_within, take
 
 INSTANCES = ("amps-1", "amps-2", "amps-3")
 HEALTHY_WITHIN_S = 90.0
@@ -88,6 +89,15 @@ async def replay(address: str, topic: str, count: int) -> list[int]:
         return [message.json()["id"] for message in await take(subscription, count)]
 
 
+async def replay_numbers(address: str, topic: str, count: int) -> list[int]:
+    """`n` of each message an epoch replay returns: `count`, plus any extra within 1 s."""
+    async with Client(f"compose-checker-{topic}") as client:
+        await client.connect(address)
+        subscription = await client.subscribe(topic, bookmark="epoch")
+        messages = await take(subscription, count) + await more_within(subscription, 1.0)
+        return [message.json()["n"] for message in messages]
+
+
 def test_every_instance_is_healthy_and_scraped_by_prometheus(cluster: Cluster) -> None:
     """Three healthy instances; Prometheus reaches each one's /metrics by service name."""
     expected = dict.fromkeys(INSTANCES, "up")
@@ -125,6 +135,36 @@ def test_a_killed_instance_restarts_with_its_journal_and_prometheus_sees_it(
     cluster.wait_healthy("amps-2")
     assert asyncio.run(replay(address, "compose-kill", 50)) == list(range(50))
     wait_for(lambda: cluster.targets().get("amps-2") == "up", "amps-2 up again", SCRAPED_WITHIN_S)
+
+
+def test_docker_kill_under_a_failover_publisher_loses_and_duplicates_nothing(
+    cluster: Cluster,
+) -> None:
+    """D3: a publisher given all three addresses publishes through amps-1; amps-1 is killed
+    mid-stream; the publisher goes on through amps-2 and republishes what was not persisted.
+    amps-1's `docker start` lets the held sync acks go (L2) and it catches up (R10): every
+    instance then holds every message once, in order."""
+    total = 600
+    addresses = [cluster.address(instance) for instance in INSTANCES]
+    victim = cluster.compose.container("amps-1")
+
+    async def run_publisher() -> None:
+        async with Client("compose-failover-publisher") as client:
+            await client.connect(addresses)
+            for n in range(1, total + 1):
+                await client.publish("compose-failover", json.dumps({"p": "f", "n": n}))
+                if n == total // 3:
+                    await client.flush(30)  # some of it persisted everywhere before the kill
+                    await asyncio.to_thread(run, ["docker", "kill", victim])
+                if n == 2 * total // 3:
+                    await asyncio.to_thread(run, ["docker", "start", victim])
+            await client.flush(120)
+
+    asyncio.run(run_publisher())
+    cluster.wait_healthy("amps-1")
+    for instance in INSTANCES:
+        numbers = asyncio.run(replay_numbers(cluster.address(instance), "compose-failover", total))
+        assert_clean(check((("f", n) for n in numbers), {"f": total}), instance)
 
 
 def test_down_keeps_the_journal_volumes_and_down_volumes_removes_them(amps_image: str) -> None:
