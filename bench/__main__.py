@@ -25,6 +25,7 @@ MODULES: list[tuple[str, list[str], list[str], float]] = [
     ("bench_queue_engine", [], [], 300.0),
     ("bench_client", [], [], 600.0),
     ("bench_queues", ["--quick"], [], 2700.0),
+    ("bench_backlog", ["--quick"], [], 900.0),
 ]
 
 
