@@ -25,6 +25,8 @@ import argparse
 import asyncio
 import contextlib
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -47,7 +49,7 @@ from bench.bench_queues import (
 )
 from bench.common import percentile
 from bench.peers import ensure_redis, redis_server
-from tests.harness.instance import InstanceProcess, config_xml
+from tests.harness.instance import InstanceProcess, config_xml, process_env
 
 BACKLOGS = (1, 10, 100)
 GROUP = "work"
@@ -84,11 +86,7 @@ def instance_hops(instance: InstanceProcess) -> dict[str, Any]:
 async def amps_consumer(instance: InstanceProcess, backlog: int, count: int) -> dict[str, Any]:
     """Fill the queue with `count` messages, then one consumer acks each; figures of the drain."""
     address = instance.address
-    async with Client(f"fill-{backlog}") as pub:
-        await pub.connect(address, timeout_s=30)
-        for index in range(count):
-            await pub.publish(TOPIC, payload(1024, index))
-        await pub.flush(timeout_s=120)
+    await _fill(address, count)
     async with Client(f"worker-{backlog}") as client:
         await client.connect(address, timeout_s=30)
         hops = instance_hops(instance)
@@ -135,6 +133,31 @@ def redis_consumer(port: int, backlog: int, count: int) -> float:
     return seconds
 
 
+def cli_consumer(instance: InstanceProcess, count: int) -> float:
+    """`amps subscribe --ack` draining `count` messages: msg/s after its start-up (the time of
+    a one-message run is subtracted)."""
+    asyncio.run(_fill(instance.address, count))
+
+    def run(messages: int) -> float:
+        argv = [sys.executable, "-m", "amps", "subscribe", "--server", instance.address,
+                "--topic", QUEUE, "--ack", "--max-backlog", "1",
+                "--count", str(messages)]  # fmt: skip
+        started = time.monotonic()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, check=True, env=process_env(),
+                       timeout=600)  # fmt: skip
+        return time.monotonic() - started
+
+    return (count - 1) / (run(count - 1) - run(1))
+
+
+async def _fill(address: str, count: int) -> None:
+    async with Client("fill-cli") as pub:
+        await pub.connect(address, timeout_s=30)
+        for index in range(count):
+            await pub.publish(TOPIC, payload(1024, index))
+        await pub.flush(timeout_s=120)
+
+
 def print_hops(result: dict[str, Any], count: int) -> None:
     """Where one message's round trip went, per message, from the instance's statistics."""
     before, after = result["hops"]
@@ -174,6 +197,12 @@ def bench_consumer(quick: bool, rounds: int, redis_port: int | None) -> None:
                 print(line + (f" [round {round_ + 1}]" if rounds > 1 else ""), flush=True)
                 if backlog == 1:
                     print_hops(result, count)
+            if backlog == 1:
+                cli = cli_consumer(instance, count)
+                print(f"  amps subscribe --ack at backlog 1 (the queue default), {count:,} "
+                      f"messages to a pipe: {cli:,.0f} msg/s after its start-up "
+                      f"(library above: {ours:,.0f} msg/s; cli/library {cli / ours:.2f})",
+                      flush=True)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- 2: latency
