@@ -3,7 +3,8 @@
 
 `--server` is the admin address (`Admin/InetAddr`), not the gRPC transport. Exit statuses:
 0 success; 1 the admin interface answered with an HTTP error (or an unreadable body); 2 usage
-error (click); 3 the admin address could not be reached within `--timeout`.
+error (click); 3 the admin address could not be reached within `--timeout`, or what answered
+there is not an admin interface (the gRPC transport's port, most likely).
 """
 
 from __future__ import annotations

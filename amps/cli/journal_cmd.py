@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -113,12 +112,7 @@ def dump(directory: Path, topic: str | None, start: str, limit: int | None) -> N
                 printed += 1
                 if limit is not None and printed >= limit:
                     break
-        out.flush()
-    except BrokenPipeError:
-        # The reader went away (`| head`): as for `amps subscribe`, that ends the dump quietly.
-        # Python would flush stdout again at exit and fail again; point it at /dev/null.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return
+        out.flush()  # here, so a closed pipe is met inside `amps` (which ends quietly), not at exit
     except AmpsError as exc:
         out.flush()
         click.echo(f"error: {exc.message}", err=True)

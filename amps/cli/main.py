@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from typing import Any
 
 import click
 
@@ -34,6 +37,16 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMANDS, *super().list_commands(ctx)})
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a reader of stdout that goes away (`| head`) ends it quietly, 0."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # click would exit 1. Python flushes stdout again at exit and would fail again: point
+            # it at /dev/null first.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(0)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
