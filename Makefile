@@ -18,7 +18,7 @@ python_ok = $(1) -c 'import sys; sys.exit(sys.version_info < ($(subst .,$(comma)
 	exit 1; }
 comma := ,
 
-.PHONY: run test lint proto proto-check bench clean venv docker-up docker-down
+.PHONY: run test lint proto proto-check bench clean venv docker-up docker-down cluster
 
 $(VENV)/bin/activate:
 	@$(call python_ok,$(PYTHON),)
@@ -44,6 +44,12 @@ venv: $(VENV)/.installed
 run: $(VENV)/.installed
 	$(PY) -m compileall -q amps replication
 	cd $(RUN_DIR) && exec $(abspath $(VENV))/bin/amps server $(if $(CONFIG),--config $(abspath $(CONFIG)),)
+
+# Three local instances replicating to each other (deploy/amps-N.xml, journals in ./data);
+# Ctrl-C stops them all. deploy/prometheus.yml scrapes their admin ports.
+cluster: $(VENV)/.installed
+	$(PY) -m compileall -q amps replication
+	cd $(RUN_DIR) && exec $(abspath $(PY)) -m amps.tools.cluster $(abspath deploy/amps-1.xml) $(abspath deploy/amps-2.xml) $(abspath deploy/amps-3.xml)
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q tests

@@ -78,7 +78,8 @@ class _Session:
         self.stream = stream
         self.generation = generation
         self.outgoing: asyncio.Queue[pb.LinkFrame | None] = asyncio.Queue()
-        self.closed = asyncio.Event()
+        self.closed = asyncio.Event()  # asked to close (or the writer ended)
+        self.finished = asyncio.Event()  # detached from its core: the core is IDLE again
         self.timer: asyncio.TimerHandle | None = None
         self.dialled = False
 
@@ -331,7 +332,7 @@ class Replicator:
                 await stream.write(to_pb(Refusal("duplicate_link", message)))
                 return
             existing.outgoing.put_nowait(None)
-            await existing.closed.wait()
+            await existing.finished.wait()
         await self._run(core, stream, dialled=False, first=hello)
 
     async def _run(
@@ -358,11 +359,13 @@ class Replicator:
             if session.timer is not None:
                 session.timer.cancel()
             if core.state is not LinkState.IDLE:
+                if core.state is LinkState.READY:
+                    log.info("replication link to %s down", core.peer)
                 core.handle(Disconnected("stream ended"), self.instance.now_ms())
-                log.info("replication link to %s down", core.peer)
             if self._sessions.get(core.peer) is session:
                 del self._sessions[core.peer]
             session.closed.set()
+            session.finished.set()
             self._idle[core.peer].set()
 
     async def _read_loop(self, session: _Session) -> None:
@@ -416,8 +419,17 @@ class Replicator:
                 self.instance.release_persisted_acks()
             elif isinstance(action, Close):
                 if action.refused:
-                    log.error(
-                        "replication link to %s refused: %s", session.core.peer, action.reason
+                    # Both sides dialling is normal: one of the two streams is refused.
+                    level = logging.INFO if action.code == "duplicate_link" else logging.ERROR
+                    log.log(
+                        level,
+                        "replication link to %s refused: %s",
+                        session.core.peer,
+                        action.reason,
+                    )
+                else:
+                    log.warning(
+                        "replication link to %s closed: %s", session.core.peer, action.reason
                     )
                 session.outgoing.put_nowait(None)
 

@@ -155,6 +155,7 @@ class Close:
 
     reason: str
     refused: bool = False
+    code: str = ""  # the refusal's code (REFUSALS), when refused
 
 
 Action = Send | Apply | PeerAcked | Close
@@ -337,7 +338,7 @@ class LinkCore:
         if isinstance(frame, Refusal):
             reason = f"by {self.peer}: {frame.message}"
             self._reset(reason)
-            return [Close(reason, refused=True)]
+            return [Close(reason, refused=True, code=frame.code)]
         if self.state is not LinkState.READY:
             return self._refuse("protocol", f"{frame.__class__.__name__} before Hello")
         if isinstance(frame, Batch):
@@ -386,7 +387,7 @@ class LinkCore:
     def _refuse(self, code: str, message: str) -> list[Action]:
         assert code in REFUSALS, code
         self._reset(f"refused: {message}")
-        return [Send(Refusal(code, message)), Close(message, refused=True)]
+        return [Send(Refusal(code, message)), Close(message, refused=True, code=code)]
 
     def refuse_duplicate(self) -> list[Action]:
         """The adapter found another live stream to this peer: refuse this one (Rule 4)."""

@@ -226,7 +226,7 @@ def replication_table(destinations: list[dict[str, Any]]) -> str:
     )
 
 
-@admin.group("replication", invoke_without_command=True)
+@admin.command("replication")
 @server_option
 @timeout_option
 @click.option(
@@ -236,12 +236,18 @@ def replication_table(destinations: list[dict[str, Any]]) -> str:
     show_default=True,
     help="A readable table, or the full JSON (links, per-origin positions, reachability).",
 )
-@click.pass_context
-def replication(ctx: click.Context, server: str, timeout_s: float, output: str) -> None:
+@click.argument("action", required=False, type=click.Choice(["downgrade", "upgrade"]))
+@click.argument("destination", required=False)
+def replication(
+    server: str, timeout_s: float, output: str, action: str | None, destination: str | None
+) -> None:
     """Per destination: connected, sync or async (downgraded?), messages and seconds behind,
-    last acknowledged txid, resyncs. Subcommands downgrade and upgrade a sync destination."""
-    ctx.obj = (server, timeout_s)
-    if ctx.invoked_subcommand is not None:
+    last acknowledged txid, resyncs. `downgrade DESTINATION` / `upgrade DESTINATION` change a
+    sync destination (L2)."""
+    if action is not None:
+        if not destination:
+            raise click.UsageError(f"{action} needs the DESTINATION's Name")
+        _sync_action(server, timeout_s, destination, action)
         return
     try:
         body = fetch_json(server, REPLICATION_PATH, timeout_s)
@@ -262,27 +268,10 @@ def replication(ctx: click.Context, server: str, timeout_s: float, output: str) 
             click.echo(f"heard from {entry['instance']} {entry['seconds_since_heard']:.1f} s ago")
 
 
-def _sync_action(ctx: click.Context, destination: str, verb: str) -> None:
-    server, timeout_s = ctx.obj
+def _sync_action(server: str, timeout_s: float, destination: str, verb: str) -> None:
     path = f"{REPLICATION_ACTIONS_PATH}/{urllib.parse.quote(destination, safe='')}/{verb}"
     try:
         body = fetch(server, path, timeout_s, method="POST")
     except AdminError as error:
         _exit_on_error(error)
     click.echo(body.decode("utf-8", "replace"))
-
-
-@replication.command("downgrade")
-@click.argument("destination")
-@click.pass_context
-def downgrade(ctx: click.Context, destination: str) -> None:
-    """Downgrade a sync destination to async: persisted acks stop waiting for it (L2)."""
-    _sync_action(ctx, destination, "downgrade")
-
-
-@replication.command("upgrade")
-@click.argument("destination")
-@click.pass_context
-def upgrade(ctx: click.Context, destination: str) -> None:
-    """Make a downgraded destination sync again."""
-    _sync_action(ctx, destination, "upgrade")

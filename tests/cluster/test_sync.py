@@ -14,7 +14,7 @@ from tests.cluster.checker import assert_clean, check
 from tests.cluster.test_replication import TIMEOUT_S, publish, read_all
 from tests.cluster.test_topologies import clusters  # noqa: F401 (fixture)
 from tests.harness.cluster import Cluster, Link, cluster
-from tests.integration.test_admin import amps_cli
+from tests.harness.instance import amps_cli
 
 ACTIONS = (
     "<Actions><Action>"
