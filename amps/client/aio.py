@@ -28,6 +28,8 @@ from amps.errors import AmpsError, ConnectionBroken, ConnectionClosed, NameInUse
 from amps.v1 import client_pb2
 
 State = Literal["new", "connected", "reconnecting", "failed", "closed"]
+# How often a resubscription refused for a missing bookmark is tried again.
+RESUME_RETRY_S = 0.1
 
 
 class Client:
@@ -50,6 +52,7 @@ class Client:
         auto_ack: bool = False,
         heartbeat_interval_s: float | None = None,
         logon_timeout_s: float = 10.0,
+        resume_timeout_s: float = 30.0,
         publish_failed_callback: Callable[[PublishFailure], None] | None = None,
         bookmark_store: BookmarkStore | str | os.PathLike[str] | None = None,
         random: Random | None = None,
@@ -87,7 +90,12 @@ class Client:
         self._connected = asyncio.Event()
         self._sub_ids = itertools.count(1)
         self._pending: dict[str, asyncio.Future[client_pb2.Ack]] = {}
-        self._subs = SubscriptionRegistry(self)
+        self._subs = SubscriptionRegistry(
+            self, retry_resume=self._retry_resume, resumed=self._resumed
+        )
+        self._resume_timeout_s = resume_timeout_s
+        # sub_id -> loop time of the first refused resumption (its bookmark not there yet)
+        self._resume_refused: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._reconnect_count = 0
         self._frames = [0, 0]
@@ -185,6 +193,26 @@ class Client:
         self._state = "reconnecting"
         self._reconnect_count += 1
         self._spawn(self._reconnect_loop())
+
+    def _retry_resume(self, sub: Subscription, error: AmpsError) -> bool:
+        """The instance lacks the bookmark a subscription resumes from: a replica that has not
+        received that message yet. Ask again every RESUME_RETRY_S until `resume_timeout_s`."""
+        loop = asyncio.get_running_loop()
+        first = self._resume_refused.setdefault(sub.sub_id, loop.time())
+        conn = self._conn
+        if conn is None or loop.time() - first >= self._resume_timeout_s:
+            self._resume_refused.pop(sub.sub_id, None)
+            return False
+        loop.call_later(RESUME_RETRY_S, self._resume_again, sub, conn)
+        return True
+
+    def _resume_again(self, sub: Subscription, conn: Connection) -> None:
+        # After a new logon the resubscription went out with the others already.
+        if conn is self._conn and self._subs.get(sub.sub_id) is sub:
+            conn.send(self._subs.resubscribe_command(sub, self._cmd_id))
+
+    def _resumed(self, sub: Subscription) -> None:
+        self._resume_refused.pop(sub.sub_id, None)
 
     async def _reconnect_loop(self) -> None:
         try:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from amps.client import commands
 from amps.client.message import Message, MessageOwner, Subscription
 from amps.client.policy import parse_max_backlog
-from amps.errors import AmpsError, error_for_code
+from amps.errors import AmpsError, InvalidBookmark, error_for_code
 from amps.v1 import client_pb2
 
 _new_message = Message.__new__
@@ -29,8 +29,18 @@ def subscribe_command(cmd_id: str, sub: Subscription, bookmark: str | None) -> c
 class SubscriptionRegistry:
     """Subscriptions by sub_id, sow queries by query_id, and re-subscribes awaiting their ack."""
 
-    def __init__(self, client: MessageOwner) -> None:
+    def __init__(
+        self,
+        client: MessageOwner,
+        *,
+        retry_resume: Callable[[Subscription, AmpsError], bool] = lambda sub, error: False,
+        resumed: Callable[[Subscription], None] = lambda sub: None,
+    ) -> None:
         self._client = client
+        # A resubscription refused because the instance lacks its bookmark: True when the
+        # client will try it again (a replica that has not received that message yet).
+        self._retry_resume = retry_resume
+        self._resumed = resumed
         self._subs: dict[str, Subscription] = {}
         self._resubscribing: dict[str, str] = {}
         self._queries: dict[str, list[Message]] = {}
@@ -61,12 +71,15 @@ class SubscriptionRegistry:
     def resubscribe_commands(self, next_cmd_id: Callable[[], str]) -> list[client_pb2.Command]:
         """After a logon: topic subscriptions resume after the last bookmark handed to the
         application (no gap, no duplicate), queue ones are new subscriptions (§7.3, D3)."""
-        result = []
-        for sub in self._subs.values():
-            cmd_id = next_cmd_id()
-            self._resubscribing[cmd_id] = sub.sub_id
-            result.append(subscribe_command(cmd_id, sub, sub.resume_bookmark))
-        return result
+        return [self.resubscribe_command(sub, next_cmd_id) for sub in self._subs.values()]
+
+    def resubscribe_command(
+        self, sub: Subscription, next_cmd_id: Callable[[], str]
+    ) -> client_pb2.Command:
+        """The command that resumes one subscription (its ack comes back to `on_ack`)."""
+        cmd_id = next_cmd_id()
+        self._resubscribing[cmd_id] = sub.sub_id
+        return subscribe_command(cmd_id, sub, sub.resume_bookmark)
 
     def on_ack(self, ack: client_pb2.Ack) -> bool:
         """Handle a completed ack, a re-subscribe ack, or the instance ending a subscription
@@ -88,9 +101,13 @@ class SubscriptionRegistry:
         sub = self._subs.get(sub_id)
         if sub is not None and ack.status == "success":
             self.on_subscribed(sub, ack)
+            self._resumed(sub)
         elif sub is not None:
+            error = error_for_code(ack.error_code, ack.reason or "resubscribe failed")
+            if isinstance(error, InvalidBookmark) and self._retry_resume(sub, error):
+                return True
             del self._subs[sub_id]
-            sub.end(error_for_code(ack.error_code, ack.reason or "resubscribe failed"))
+            sub.end(error)
         return True
 
     def on_messages(

@@ -10,6 +10,7 @@ import pytest
 from amps.client import Client, Message, Subscription, commands
 from amps.client.bookmarks import FileBookmarkStore
 from amps.client.connection import Connection
+from amps import errors
 from amps.errors import ConnectionBroken
 from amps.v1 import client_pb2
 
@@ -383,6 +384,57 @@ async def test_the_last_message_handed_out_is_recorded_at_unsubscribe_and_close(
     assert (store.get("first"), store.get("second")) == ("5|1|", None)
     await h.client.close()
     assert store.get("second") == "6|1|"
+
+
+def refused(command: client_pb2.Command) -> client_pb2.ServerMessage:
+    """The instance's answer to a resubscription whose bookmark is not in its log."""
+    return client_pb2.ServerMessage(
+        ack=client_pb2.Ack(
+            cmd_id=command.cmd_id,
+            ack_type="processed",
+            status="failure",
+            error_code="invalid_bookmark",
+            reason="bookmark not found in the transaction log: 5|2|",
+        )
+    )
+
+
+async def test_a_resumption_the_instance_lacks_the_bookmark_for_is_tried_again() -> None:
+    h = Harness()
+    sub = h.subscription("live", backlog=None)
+    h.receive(*(delivery(f"5|{n}|", ("live",), queue=False) for n in range(1, 3)))
+    assert [(await sub.get(0)).bookmark for _ in range(2)] == ["5|1|", "5|2|"]  # type: ignore[union-attr]
+    reconnect(h)
+    for command in h.client._subs.resubscribe_commands(h.client._cmd_id):
+        h.conn.send(command)
+    (first,) = h.sent()
+    h.receive(refused(first))  # a replica that has not received 5|2| yet
+    waiter = asyncio.create_task(sub.get(5))
+    async with asyncio.timeout(5):
+        while not (sent := h.sent()):  # the retry is a timer: nothing to wait on but time
+            await asyncio.sleep(0.01)
+    (again,) = sent
+    assert again.subscribe.bookmark == "5|2|"
+    assert again.cmd_id != first.cmd_id
+    h.receive(client_pb2.ServerMessage(ack=client_pb2.Ack(cmd_id=again.cmd_id, status="success")))
+    h.receive(delivery("5|3|", ("live",), queue=False))
+    message = await waiter
+    assert message is not None
+    assert message.bookmark == "5|3|"
+    assert h.client._resume_refused == {}
+
+
+async def test_a_resumption_refused_past_the_resume_timeout_ends_the_subscription() -> None:
+    h = Harness(resume_timeout_s=0)
+    sub = h.subscription("live", backlog=None)
+    h.receive(delivery("5|1|", ("live",), queue=False))
+    assert await sub.get(0) is not None
+    reconnect(h)
+    (command,) = h.client._subs.resubscribe_commands(h.client._cmd_id)
+    h.receive(refused(command))
+    with pytest.raises(errors.InvalidBookmark, match="not found"):
+        await sub.get(1)
+    assert h.client._subs.get("live") is None
 
 
 async def test_a_queue_subscription_resubscribes_without_a_bookmark() -> None:
