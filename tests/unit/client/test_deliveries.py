@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from amps import errors
 from amps.client import Client, Message, Subscription, commands
 from amps.client.bookmarks import FileBookmarkStore
 from amps.client.connection import Connection
-from amps import errors
 from amps.errors import ConnectionBroken
 from amps.v1 import client_pb2
 
