@@ -408,12 +408,18 @@ async def test_a_resumption_the_instance_lacks_the_bookmark_for_is_tried_again()
     for command in h.client._subs.resubscribe_commands(h.client._cmd_id):
         h.conn.send(command)
     (first,) = h.sent()
+    retried = asyncio.Event()
+    resume_again = h.client._resume_again
+
+    def resumed_again(sub: Subscription, conn: Connection) -> None:
+        resume_again(sub, conn)
+        retried.set()
+
+    h.client._resume_again = resumed_again  # type: ignore[method-assign]
     h.receive(refused(first))  # a replica that has not received 5|2| yet
     waiter = asyncio.create_task(sub.get(5))
-    async with asyncio.timeout(5):
-        while not (sent := h.sent()):  # the retry is a timer: nothing to wait on but time
-            await asyncio.sleep(0.01)
-    (again,) = sent
+    await asyncio.wait_for(retried.wait(), 5)
+    (again,) = h.sent()
     assert again.subscribe.bookmark == "5|2|"
     assert again.cmd_id != first.cmd_id
     h.receive(client_pb2.ServerMessage(ack=client_pb2.Ack(cmd_id=again.cmd_id, status="success")))
