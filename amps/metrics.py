@@ -77,6 +77,11 @@ class InstanceSnapshot:
     client_queued_bytes_client_limit: int = 0
     slow_consumer_disconnects: dict[str, int] = field(default_factory=dict)
     replication: ReplicationSnapshot | None = None
+    journal_first_txid: int = 0
+    journal_lifecycle_segments: dict[str, int] = field(default_factory=dict)
+    journal_lifecycle_bytes: dict[str, int] = field(default_factory=dict)
+    journal_holds: dict[str, int] = field(default_factory=dict)
+    journal_held_segments: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,16 +126,64 @@ PUBLISHED_BYTES = MetricSpec(
 )
 FSYNC_SECONDS = MetricSpec("amps_journal_fsync_seconds", "histogram", "Journal fsync latency", NODE)
 
-SLOW_CONSUMER_DISCONNECTS = MetricSpec(
-    "amps_slow_consumer_disconnects",
-    "counter",
-    "Clients disconnected for holding too many unsent bytes, by the limit reached "
-    "(client: ClientMaxCapacity; instance: MessageMemoryLimit)",
-    (*NODE, "limit"),
-)
-SLOW_CONSUMER_LIMITS = ("client", "instance")
-
 InstanceReader = Callable[[InstanceSnapshot], float]
+# One sample per key of the mapping read, labelled by the spec's last label; `keys` are always
+# exposed (0 when absent), other keys as they appear.
+LabelledReader = Callable[[InstanceSnapshot], dict[str, int]]
+
+LABELLED_METRICS: tuple[tuple[MetricSpec, LabelledReader, tuple[str, ...]], ...] = (
+    (
+        MetricSpec(
+            "amps_slow_consumer_disconnects",
+            "counter",
+            "Clients disconnected for holding too many unsent bytes, by the limit reached "
+            "(client: ClientMaxCapacity; instance: MessageMemoryLimit)",
+            (*NODE, "limit"),
+        ),
+        lambda s: s.slow_consumer_disconnects,
+        ("client", "instance"),
+    ),
+    (
+        MetricSpec(
+            "amps_journal_lifecycle_segments",
+            "counter",
+            "Journal segments removed, archived or compressed by the journal lifecycle",
+            (*NODE, "action"),
+        ),
+        lambda s: s.journal_lifecycle_segments,
+        ("remove", "archive", "compress"),
+    ),
+    (
+        MetricSpec(
+            "amps_journal_lifecycle_bytes",
+            "counter",
+            "Bytes of journal segments removed, archived or compressed by the journal lifecycle",
+            (*NODE, "action"),
+        ),
+        lambda s: s.journal_lifecycle_bytes,
+        ("remove", "archive", "compress"),
+    ),
+    (
+        MetricSpec(
+            "amps_journal_hold_txid",
+            "gauge",
+            "The oldest txid each holder still needs (no journal from it on is removed)",
+            (*NODE, "holder"),
+        ),
+        lambda s: s.journal_holds,
+        (),
+    ),
+    (
+        MetricSpec(
+            "amps_journal_held_segments",
+            "gauge",
+            "Segments old enough to remove that the last removal kept, by the holder needing them",
+            (*NODE, "holder"),
+        ),
+        lambda s: s.journal_held_segments,
+        (),
+    ),
+)
 QueueReader = Callable[[QueueStatistics], float]
 
 
@@ -201,6 +254,12 @@ INSTANCE_METRICS: tuple[tuple[MetricSpec, InstanceReader], ...] = (
     (
         MetricSpec("amps_journal_last_txid", "gauge", "Last transaction id appended", NODE),
         lambda s: s.last_txid,
+    ),
+    (
+        MetricSpec(
+            "amps_journal_first_txid", "gauge", "Oldest transaction id still in the journal", NODE
+        ),
+        lambda s: s.journal_first_txid,
     ),
     (
         MetricSpec("amps_connected_clients", "gauge", "Client connections", NODE),
@@ -526,7 +585,7 @@ def all_metrics() -> list[MetricSpec]:
         PUBLISHED_MESSAGES,
         PUBLISHED_BYTES,
         *(spec for spec, _ in INSTANCE_METRICS),
-        SLOW_CONSUMER_DISCONNECTS,
+        *(spec for spec, _, _ in LABELLED_METRICS),
         FSYNC_SECONDS,
         *(spec for spec, _ in QUEUE_METRICS),
         QUEUE_EXPIRED,
@@ -565,10 +624,12 @@ class _InstanceCollector:
             family = _family(spec)
             family.add_metric([s.node], read(s))
             yield family
-        disconnects = _family(SLOW_CONSUMER_DISCONNECTS)
-        for limit in SLOW_CONSUMER_LIMITS:
-            disconnects.add_metric([s.node, limit], s.slow_consumer_disconnects.get(limit, 0))
-        yield disconnects
+        for spec, read_many, keys in LABELLED_METRICS:
+            family = _family(spec)
+            values = read_many(s)
+            for key in sorted({*keys, *values}):
+                family.add_metric([s.node, key], values.get(key, 0))
+            yield family
         yield from self._queues(s)
         if s.replication is not None:
             yield from self._replication(s.node, s.replication)

@@ -1,5 +1,5 @@
 """Admin commands over the admin HTTP interface: `amps admin queues`, `status`, `metrics`,
-`replication`.
+`replication`, `journals` and `journal remove|archive|compress`.
 
 `--server` is the admin address (`Admin/InetAddr`), not the gRPC transport. Exit statuses:
 0 success; 1 the admin interface answered with an HTTP error (or an unreadable body); 2 usage
@@ -28,6 +28,8 @@ QUEUES_PATH = "/amps/instance/queues.json"
 STATUS_PATH = "/amps/instance.json"
 REPLICATION_PATH = "/amps/instance/replication.json"
 REPLICATION_ACTIONS_PATH = "/amps/administrator/replication"
+JOURNALS_PATH = "/amps/instance/journals.json"
+JOURNAL_ACTIONS_PATH = "/amps/administrator/transaction_log/journals"
 METRICS_PATH = "/metrics"
 
 # (heading, key in the queue JSON, format)
@@ -91,8 +93,8 @@ def fetch(server: str, path: str, timeout_s: float, *, method: str = "GET") -> b
         ) from error
 
 
-def fetch_json(server: str, path: str, timeout_s: float) -> Any:
-    body = fetch(server, path, timeout_s)
+def fetch_json(server: str, path: str, timeout_s: float, *, method: str = "GET") -> Any:
+    body = fetch(server, path, timeout_s, method=method)
     try:
         return json.loads(body)
     except ValueError as error:
@@ -275,3 +277,62 @@ def _sync_action(server: str, timeout_s: float, destination: str, verb: str) -> 
     except AdminError as error:
         _exit_on_error(error)
     click.echo(body.decode("utf-8", "replace"))
+
+
+@admin.command("journals")
+@server_option
+@timeout_option
+@click.option(
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="A readable table, or the full JSON (segments, holds, lifecycle counters).",
+)
+def journals(server: str, timeout_s: float, output: str) -> None:
+    """Journal segments (oldest first) and what holds them back from removal."""
+    try:
+        body = fetch_json(server, JOURNALS_PATH, timeout_s)
+    except AdminError as error:
+        _exit_on_error(error)
+    if output == "json":
+        click.echo(json.dumps(body, indent=2))
+        return
+    rows = [("ID", "LAST_TXID", "BYTES", "NEWEST_RECORD", "WHERE")]
+    for segment in body.get("segments", []):
+        where = "archive" if segment.get("archived") else "journal"
+        rows.append(
+            (str(segment["id"]), str(segment["last_txid"]), str(segment["size_bytes"]),
+             str(segment["last_timestamp"]), where)
+        )  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    for hold in body.get("holds", []):
+        click.echo(f"hold: {hold['holder']} needs txid {hold['oldest_needed_txid']} on")
+
+
+@admin.command("journal")
+@click.argument("action", type=click.Choice(["remove", "archive", "compress"]))
+@click.argument("journal_id")
+@server_option
+@timeout_option
+@click.option(
+    "--age",
+    default="0s",
+    show_default=True,
+    help="Only segments whose newest record is at least this old (e.g. 1h, 7d).",
+)
+def journal(action: str, journal_id: str, server: str, timeout_s: float, age: str) -> None:
+    """Remove, archive or compress journal JOURNAL_ID (a segment's first txid, or `all`) and
+    every older one. Removal keeps what a queue or a destination still needs."""
+    path = f"{JOURNAL_ACTIONS_PATH}/{journal_id}/{action}?age={urllib.parse.quote(age)}"
+    try:
+        body = fetch_json(server, path, timeout_s, method="POST")
+    except AdminError as error:
+        _exit_on_error(error)
+    done = {"remove": "removed", "archive": "archived", "compress": "compressed"}[action]
+    segments = body.get("segments", [])
+    click.echo(f"{done} {len(segments)} segment(s), {body.get('bytes', 0)} bytes")
+    for held in body.get("held", []):
+        click.echo(f"kept {held['id']}: needed by {', '.join(held['holders'])}")

@@ -87,10 +87,19 @@ def journal() -> None:
 @click.option("--topic", default=None, help="Only publishes to this topic.")
 @click.option("--from", "start", default="0", help="Bookmark spec to start from (default: 0).")
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="Print at most N records.")
-def dump(directory: Path, topic: str | None, start: str, limit: int | None) -> None:
+@click.option(
+    "--archive-directory",
+    "archive",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The JournalArchiveDirectory: archived segments are read as part of the log.",
+)
+def dump(
+    directory: Path, topic: str | None, start: str, limit: int | None, archive: Path | None
+) -> None:
     """Print every record as one JSON line; never writes to DIRECTORY."""
     try:
-        log = Journal.open(directory, read_only=True)
+        log = Journal.open(directory, read_only=True, archive_directory=archive)
     except AmpsError as exc:
         raise click.ClickException(exc.message) from None
     printed = 0

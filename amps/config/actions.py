@@ -1,4 +1,5 @@
-"""`Actions/Action`: the On/Do modules we run (AMPS-REFERENCE §1.8, §5.1: dead letters)."""
+"""`Actions/Action`: the On/Do modules we run (AMPS-REFERENCE §1.8; §5.1: dead letters; §4:
+replication downgrade and upgrade; §1.4: the journal lifecycle, both on a schedule)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Literal
 from xml.etree.ElementTree import Element
 
-from amps.config.model import ActionConfig, ActionStep, QueueConfig
+from amps.config.model import ActionConfig, ActionStep, QueueConfig, TransactionLogConfig
 from amps.config.reader import Reader
 from amps.config.sections import parse_message_type, parse_publish_topic, parse_topic_name
 from amps.config.topics import is_regex, topic_matches
@@ -19,8 +21,17 @@ ON_SCHEDULE = "amps-action-on-schedule"
 DO_PUBLISH = "amps-action-do-publish-message"
 DO_DOWNGRADE = "amps-action-do-downgrade-replication"
 DO_UPGRADE = "amps-action-do-upgrade-replication"
+DO_REMOVE_JOURNAL = "amps-action-do-remove-journal"
+DO_ARCHIVE_JOURNAL = "amps-action-do-archive-journal"
+DO_COMPRESS_JOURNAL = "amps-action-do-compress-journal"
+# Journal module -> the lifecycle action it runs (amps.log.retention).
+DO_JOURNAL_ACTIONS: dict[str, Literal["remove", "archive", "compress"]] = {
+    DO_REMOVE_JOURNAL: "remove",
+    DO_ARCHIVE_JOURNAL: "archive",
+    DO_COMPRESS_JOURNAL: "compress",
+}
 ON_MODULES = (ON_SOW_EXPIRE, ON_SCHEDULE)
-DO_MODULES = (DO_PUBLISH, DO_DOWNGRADE, DO_UPGRADE)
+DO_MODULES = (DO_PUBLISH, DO_DOWNGRADE, DO_UPGRADE, *DO_JOURNAL_ACTIONS)
 EXPIRE_REASONS = ("time_limit", "forced_expire", "max_cancels", "max_deliveries")
 CONTEXT_VARIABLES = (
     "AMPS_TOPIC",
@@ -61,8 +72,15 @@ def interval_ms(step: ActionStep, option: str) -> int:
     return _parse_interval_ms(text)
 
 
+def _parse_age(text: str) -> str:
+    """How old a journal's newest record must be for the action to take it (0s: any)."""
+    duration(1_000, 0, "0s")(text)
+    return text
+
+
 # module -> option name -> (required, validator)
 OptionRules = Mapping[str, tuple[bool, Callable[[str], str]]]
+JOURNAL_OPTIONS: OptionRules = {"Age": (True, _parse_age)}
 OPTION_RULES: dict[str, OptionRules] = {
     ON_SOW_EXPIRE: {
         "Topic": (True, parse_topic_name),
@@ -75,9 +93,10 @@ OPTION_RULES: dict[str, OptionRules] = {
         "Data": (True, _parse_data),
     },
     # AMPS-REFERENCE §4: a schedule driving replication downgrade and upgrade.
-    ON_SCHEDULE: {"Every": (True, _parse_interval)},
+    ON_SCHEDULE: {"Every": (True, _parse_interval), "Name": (False, str)},
     DO_DOWNGRADE: {"Age": (True, _parse_interval)},
     DO_UPGRADE: {"Age": (True, _parse_interval)},
+    **dict.fromkeys(DO_JOURNAL_ACTIONS, JOURNAL_OPTIONS),
 }
 
 
@@ -88,7 +107,7 @@ class LocatedStep:
 
 
 def parse_actions(
-    reader: Reader, path: str, element: Element
+    reader: Reader, path: str, element: Element, log: TransactionLogConfig | None = None
 ) -> list[tuple[ActionConfig, list[LocatedStep]]]:
     fields = reader.children(element, path, repeated=("Action",))
     parsed: list[tuple[ActionConfig, list[LocatedStep]]] = []
@@ -101,6 +120,7 @@ def parse_actions(
                 reader.error(f"{action_path}/{name}", None, f"at least one {name} element")
         found_on = [s for s in on if s is not None]
         found_do = [s for s in do if s is not None]
+        _check_journal_steps(reader, found_do, log)
         action = ActionConfig(tuple(s.step for s in found_on), tuple(s.step for s in found_do))
         parsed.append((action, found_on))
     return parsed
@@ -120,8 +140,10 @@ def _parse_step(
     options: dict[str, str] = {}
     options_path = reader.path_of(fields, "Options")
     hit = fields.one("Options")
+    written: set[str] = set()
     if hit is not None:
         option_fields = reader.children(hit[1], options_path, single=tuple(rules))
+        written = {name for name in rules if option_fields.has(name)}
         for name, (_, validate) in rules.items():
             value = reader.optional(option_fields, name, validate)
             if value is not None:
@@ -131,12 +153,30 @@ def _parse_step(
         options = {name: options[name] for name in order if name in options}
     ok = True
     for name, (required, _) in rules.items():
-        if required and name not in options:
+        if required and name not in written:
             reader.error(f"{options_path}/{name}", None, f"option {name} of {module}")
             ok = False
-    if not ok:
+    if not ok or any(name not in options for name in written):
         return None
     return LocatedStep(ActionStep(module, MappingProxyType(options)), path)
+
+
+def _check_journal_steps(
+    reader: Reader, do: list[LocatedStep], log: TransactionLogConfig | None
+) -> None:
+    """Journal actions need a transaction log; archiving needs JournalArchiveDirectory."""
+    for located in do:
+        module = located.step.module
+        if module not in DO_JOURNAL_ACTIONS:
+            continue
+        if log is None:
+            reader.error(f"{located.path}/Module", module, "a TransactionLog for journal actions")
+        elif module == DO_ARCHIVE_JOURNAL and log.journal_archive_directory is None:
+            reader.error(
+                "AMPSConfig/TransactionLog/JournalArchiveDirectory",
+                None,
+                f"a JournalArchiveDirectory for {DO_ARCHIVE_JOURNAL} ({located.path})",
+            )
 
 
 def check_actions_against_queues(
@@ -170,7 +210,7 @@ def check_actions_against_queues(
 # Which Do modules each On module can run.
 RUNS: dict[str, tuple[str, ...]] = {
     ON_SOW_EXPIRE: (DO_PUBLISH,),
-    ON_SCHEDULE: (DO_DOWNGRADE, DO_UPGRADE),
+    ON_SCHEDULE: (DO_DOWNGRADE, DO_UPGRADE, *DO_JOURNAL_ACTIONS),
 }
 
 

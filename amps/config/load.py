@@ -149,7 +149,7 @@ def _read_root(reader: Reader, root: Element) -> Config | None:
         log = parse_transaction_log(reader, *hit)
     queues = parse_sow(reader, *hit, group or "") if (hit := fields.one("SOW")) else []
     check_queues_against_log(reader, queues, log)
-    actions = parse_actions(reader, *hit) if (hit := fields.one("Actions")) else []
+    actions = parse_actions(reader, *hit, log) if (hit := fields.one("Actions")) else []
     check_actions_against_queues(reader, actions, tuple(item.queue for item in queues))
     if hit := fields.one("Replication"):
         replication, replicated_topics = parse_replication(reader, *hit)

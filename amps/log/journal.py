@@ -25,10 +25,13 @@ from amps.log import codec
 from amps.log.bookmarks import BookmarkSpec
 from amps.log.dedup import PublisherMarks
 from amps.log.lookup import find_start
+from amps.log.marks_file import read_marks, write_marks
 from amps.log.reader import Segment, SegmentReader
 from amps.log.records import PublishRecord, Record
 from amps.log.recovery import TailScan, check_sealed, plan_recovery
-from amps.log.segments import SegmentBuilder, SegmentSummary, parse_segment_name
+from amps.log.retention import SegmentState
+from amps.log.segment_files import copy_to_archive, list_segments, remove_segment_files
+from amps.log.segments import SegmentBuilder, SegmentSummary, segment_name
 from amps.log.storage import (
     Rotate,
     SegmentWriter,
@@ -114,10 +117,16 @@ class Journal:
     """A directory of append-only segments `<first txid>.journal`, each sealed with a summary."""
 
     def __init__(self, directory: Path, *, segment_size_bytes: int, flush_interval_ms: int,
-                 instance_name: str, group: str, read_only: bool) -> None:  # fmt: skip
+                 instance_name: str, group: str, read_only: bool,
+                 archive_directory: Path | None = None) -> None:  # fmt: skip
         assert segment_size_bytes >= 4096, segment_size_bytes
         assert 1 <= flush_interval_ms <= 1000, flush_interval_ms
         self.directory = directory
+        # Archived segments stay part of the log, read from here (JournalArchiveDirectory).
+        self.archive_directory = archive_directory
+        self._archived: set[int] = set()
+        # The marks of removed segments (clients.ack), kept so dedup survives removal (L4).
+        self.retired_marks = PublisherMarks()
         self.segment_size_bytes = segment_size_bytes
         self.flush_interval_ms = flush_interval_ms
         self.instance_name = instance_name
@@ -143,7 +152,7 @@ class Journal:
         self._closed = False
         self._checkpoint_at_bytes = CHECKPOINT_EVERY_BYTES
         self.recovery_note = ""
-        self.reader = SegmentReader(directory)
+        self.reader = SegmentReader(self.segment_path)
 
     # ----------------------------------------------------------------------------- opening
 
@@ -157,12 +166,17 @@ class Journal:
         instance_name: str = "amps-1",
         group: str = "amps-1",
         read_only: bool = False,
+        archive_directory: Path | None = None,
     ) -> Journal:
-        """Open (creating if needed) and recover; read-only never cuts, locks or writes."""
+        """Open (creating if needed) and recover; read-only never cuts, locks or writes.
+
+        Segments in `archive_directory` (moved there by the archive action) are part of the log.
+        """
         directory = Path(directory)
         journal = cls(directory, segment_size_bytes=segment_size_bytes,
                       flush_interval_ms=flush_interval_ms, instance_name=instance_name,
-                      group=group, read_only=read_only)  # fmt: skip
+                      group=group, read_only=read_only,
+                      archive_directory=archive_directory)  # fmt: skip
         if not read_only:
             directory.mkdir(parents=True, exist_ok=True)
             journal._lock()
@@ -188,17 +202,18 @@ class Journal:
             self._lock_fd = -1
 
     def _recover(self) -> None:
-        named = sorted(
-            (first, entry)
-            for entry in (self.directory.iterdir() if self.directory.exists() else ())
-            if (first := parse_segment_name(entry.name)) is not None
-        )
+        archived = list_segments(self.archive_directory)
+        local = list_segments(self.directory)
+        # A segment in both places was being archived when the instance stopped: the journal
+        # directory's copy stays the one in use until a later archive completes the move.
+        self._archived = set(archived) - set(local)
+        named = sorted({**archived, **local}.items())
         sealed: list[tuple[str, SegmentSummary]] = []
         tail: TailScan | None = None
         tail_builder: SegmentBuilder | None = None
         for i, (first, path) in enumerate(named):
             size = path.stat().st_size
-            summary = load_summary(self.directory, first, size)
+            summary = load_summary(path.parent, first, size)
             if summary is not None:
                 sealed.append((path.name, summary))
                 continue
@@ -210,8 +225,10 @@ class Journal:
             check_sealed(scan)
             sealed.append((path.name, scan.summary))
             if not self.read_only:
-                write_summary(self.directory, scan.summary)
+                write_summary(path.parent, scan.summary)
         plan = plan_recovery(sealed, tail)
+        self.retired_marks = read_marks(self.directory)
+        plan.marks.merge(self.retired_marks)
         if plan.truncate_to_bytes is not None and tail is not None and not self.read_only:
             self._truncate(self.directory / tail.name, plan.truncate_to_bytes)
         self.recovery_note = plan.cut_reason
@@ -496,6 +513,68 @@ class Journal:
             if isinstance(item, bytes):
                 _kind, txid, ts, pub, seq = codec.peek_payload(item, codec.HEADER_SIZE_BYTES)
                 yield txid, ts, pub, seq
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    def segment_path(self, first_txid: int) -> Path:
+        """Where the segment starting at `first_txid` is: the journal or the archive directory."""
+        if first_txid in self._archived:
+            assert self.archive_directory is not None
+            return self.archive_directory / segment_name(first_txid)
+        return self.directory / segment_name(first_txid)
+
+    def segment_states(self) -> list[SegmentState]:
+        """Every segment, oldest first (the last one active), as the lifecycle sees it."""
+        return [
+            SegmentState(s.first_txid, s.last_txid, s.last_timestamp_us, s.size_bytes,
+                         s.first_txid in self._archived)
+            for s in self.segments()
+        ]  # fmt: skip
+
+    async def remove_segments(self, first_txids: list[int]) -> None:
+        """Remove the oldest sealed segments, `first_txids` (a prefix of the log, oldest first).
+
+        Their publishers' high-water marks are merged into clients.ack first, so duplicates are
+        still recognised after the segments are gone (L4); readers stop seeing the segments
+        before their files go. The caller runs one lifecycle action at a time.
+        """
+        self._check_writable()
+        count = len(first_txids)
+        removed = self._sealed[:count]
+        assert [s.first_txid for s in removed] == first_txids, (first_txids, removed[:1])
+        await self._retire_marks(removed)
+        assert self._sealed[:count] == removed  # rotation only appends
+        paths = [self.segment_path(first) for first in first_txids]
+        del self._sealed[:count]
+        self.first_txid = (self._sealed[0] if self._sealed else self._active).first_txid
+        self._archived.difference_update(first_txids)
+        await asyncio.to_thread(remove_segment_files, paths)
+
+    async def archive_segments(self, first_txids: list[int]) -> None:
+        """Move sealed segments to the archive directory, one at a time; they stay readable."""
+        self._check_writable()
+        assert self.archive_directory is not None
+        sealed = {s.first_txid: s for s in self._sealed}
+        # Marks too: an instance restarted without the archive directory still knows them.
+        await self._retire_marks([sealed[first] for first in first_txids])
+        for first in first_txids:
+            assert first in sealed, first
+            if first in self._archived:
+                continue
+            source = self.segment_path(first)
+            await asyncio.to_thread(copy_to_archive, self.directory, self.archive_directory, first)
+            self._archived.add(first)
+            await asyncio.to_thread(remove_segment_files, [source])
+
+    async def _retire_marks(self, summaries: list[SegmentSummary]) -> None:
+        """Merge the publishers' marks of `summaries` into clients.ack (durably) first."""
+        marks = self.retired_marks.copy()
+        for summary in summaries:
+            for publisher_id, (_low, high) in summary.publishers.items():
+                marks.advance(publisher_id, high)
+        if marks != self.retired_marks:
+            await asyncio.to_thread(write_marks, self.directory, marks)
+            self.retired_marks = marks
 
     # ----------------------------------------------------------------------------- figures
 

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 from amps.errors import InvalidBookmark
 from amps.log.bookmarks import AtBookmark, AtTimestamp, BookmarkList, BookmarkSpec, Epoch, Now
 from amps.log.reader import Segment
-from amps.log.segments import segment_name
 from amps.log.storage import iter_keys
 
 if TYPE_CHECKING:
@@ -57,7 +56,7 @@ def _keys(journal: Journal, segment: Segment, offset: int) -> Iterator[tuple[int
     last = 0
     if segment.first_txid <= durable:
         for _off, _size, txid, ts, pub, seq in iter_keys(
-            journal.directory / segment_name(segment.first_txid), offset
+            journal.segment_path(segment.first_txid), offset
         ):
             yield txid, ts, pub, seq
             last = txid
@@ -91,4 +90,7 @@ def _by_bookmark(journal: Journal, publisher_id: int, seq: int) -> int | None:
             if pub == publisher_id and found_seq == seq:
                 return txid + 1
         return None
+    if seq <= journal.retired_marks.high_water(publisher_id):
+        # Its segment was removed by the journal lifecycle: resume at the oldest record kept.
+        return journal.first_txid
     return None

@@ -51,7 +51,7 @@ class RawReader:
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
-        self._files = SegmentFiles(journal.directory, MAX_OPEN_FILES)
+        self._files = SegmentFiles(journal.segment_path, MAX_OPEN_FILES)
         self._fd = self._files.fd
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_right
+from collections.abc import Callable
 from pathlib import Path
 
 from amps.errors import CorruptRecord
@@ -39,8 +40,8 @@ MAX_OPEN_FILES = 16
 class SegmentFiles:
     """Read-only descriptors of at most `max_open` segments, the oldest opened closed first."""
 
-    def __init__(self, directory: Path, max_open: int) -> None:
-        self.directory = directory
+    def __init__(self, path_of: Callable[[int], Path], max_open: int) -> None:
+        self.path_of = path_of  # first txid -> file (the journal or the archive directory)
         self.max_open = max_open
         self._fds: dict[int, int] = {}
 
@@ -50,7 +51,7 @@ class SegmentFiles:
         if fd is None:
             if len(self._fds) >= self.max_open:
                 os.close(self._fds.pop(next(iter(self._fds))))
-            fd = os.open(self.directory / segment_name(first_txid), os.O_RDONLY)
+            fd = os.open(self.path_of(first_txid), os.O_RDONLY)
             self._fds[first_txid] = fd
         return fd
 
@@ -63,9 +64,8 @@ class SegmentFiles:
 class SegmentReader:
     """Keeps a few read-only descriptors open; reads never touch the writer's descriptor."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._files = SegmentFiles(directory, MAX_OPEN_FILES)
+    def __init__(self, path_of: Callable[[int], Path]) -> None:
+        self._files = SegmentFiles(path_of, MAX_OPEN_FILES)
         self._fd = self._files.fd
 
     def read(

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 
@@ -21,6 +21,8 @@ MAX_REQUEST_BYTES = 8192
 Route = Callable[[], tuple[str, bytes]]
 PrefixRoute = Callable[[str], tuple[int, str, bytes]]
 """(rest of the path after the prefix, percent-decoded) -> (status, content type, body)."""
+ActionRoute = Callable[[str], Awaitable[tuple[int, str, bytes]]]
+"""POST, for actions that wait (file I/O): as PrefixRoute, with the `?query` kept."""
 
 
 class AdminHttpServer:
@@ -34,10 +36,12 @@ class AdminHttpServer:
         routes: dict[str, Route],
         prefixes: dict[str, PrefixRoute] | None = None,
         post_prefixes: dict[str, PrefixRoute] | None = None,
+        actions: dict[str, ActionRoute] | None = None,
     ) -> None:
         self.routes = routes
         self.prefixes = dict(prefixes or {})
         self.post_prefixes = dict(post_prefixes or {})
+        self.actions = dict(actions or {})
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -63,9 +67,9 @@ class AdminHttpServer:
                 await self._respond(writer, 400, "text/plain", b"bad request line\n")
                 return
             method, target, _ = parts
-            path = target.split("?", 1)[0]
-            if method == "POST" and self.post_prefixes:
-                await self._post(writer, path)
+            path, _, query = target.partition("?")
+            if method == "POST" and (self.post_prefixes or self.actions):
+                await self._post(writer, path, query)
                 return
             if method != "GET":
                 await self._respond(writer, 405, "text/plain", b"only GET is supported\n")
@@ -94,14 +98,20 @@ class AdminHttpServer:
         finally:
             writer.close()
 
-    async def _post(self, writer: asyncio.StreamWriter, path: str) -> None:
+    async def _post(self, writer: asyncio.StreamWriter, path: str, query: str) -> None:
         for prefix in sorted(self.post_prefixes, key=len, reverse=True):
             if path.startswith(prefix) and len(path) > len(prefix):
                 rest = urllib.parse.unquote(path[len(prefix) :])
                 status, content_type, body = self.post_prefixes[prefix](rest)
                 await self._respond(writer, status, content_type, body)
                 return
-        paths = sorted(f"{p}<id>" for p in self.post_prefixes)
+        for prefix, action in self.actions.items():
+            if path.startswith(prefix) and len(path) > len(prefix):
+                rest = urllib.parse.unquote(path[len(prefix) :])
+                status, content_type, body = await action(f"{rest}?{query}" if query else rest)
+                await self._respond(writer, status, content_type, body)
+                return
+        paths = sorted(f"{p}<id>" for p in [*self.post_prefixes, *self.actions])
         body = orjson.dumps({"error": f"no POST path {path}", "paths": paths})
         await self._respond(writer, 404, "application/json", body)
 
@@ -114,6 +124,7 @@ class AdminHttpServer:
             400: "Bad Request",
             404: "Not Found",
             405: "Method Not Allowed",
+            409: "Conflict",
             431: "Request Header Fields Too Large",
             500: "Internal Server Error",
         }[status]

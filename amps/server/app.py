@@ -29,6 +29,7 @@ from amps.server.admin_routes import QUEUES_PATH, QueueRoutes
 from amps.server.client_service import ClientService, add_to_server
 from amps.server.fatal import FatalReason, fatal
 from amps.server.instance import Instance
+from amps.server.journal_routes import ACTIONS_PREFIX, JOURNALS_PATH, JournalRoutes
 from amps.v1 import client_pb2
 
 if TYPE_CHECKING:
@@ -110,10 +111,12 @@ class Server:
         txlog = self.config.transaction_log
         assert txlog is not None
         directory = self._journal_directory()
+        archive = txlog.journal_archive_directory
         try:
             directory.mkdir(parents=True, exist_ok=True)
             journal = Journal.open(
                 directory,
+                archive_directory=self.base_directory / archive if archive else None,
                 segment_size_bytes=txlog.journal_size_bytes,
                 flush_interval_ms=max(1, txlog.flush_interval_us // 1000),
                 instance_name=self.config.name,
@@ -251,6 +254,7 @@ class Server:
         replicated = self.config.replication is not None or (
             self.config.replication_transport is not None
         )
+        journals = JournalRoutes(self.instance)
         self._admin = AdminHttpServer(
             {
                 "/metrics": lambda: ("text/plain; version=0.0.4", self._metrics().render()),
@@ -259,9 +263,12 @@ class Server:
                 QUEUES_PATH: queues.list_json,
                 f"{QUEUES_PATH}.json": queues.list_json,
                 "/health": lambda: ("text/plain", b"ok\n"),
+                JOURNALS_PATH: journals.list_json,
+                f"{JOURNALS_PATH}.json": journals.list_json,
             },
             {f"{QUEUES_PATH}/": queues.one_json},
             {REPLICATION_ACTIONS_PATH: self._replication_action} if replicated else None,
+            {ACTIONS_PREFIX: journals.act},
         )
         if replicated:
             self._admin.routes[REPLICATION_PATH] = self._replication_json
@@ -320,6 +327,7 @@ class Server:
         journal = instance.journal
         stats = instance.statistics
         budget = instance.send_budget.statistics()
+        lifecycle = instance.lifecycle.statistics
         return InstanceSnapshot(
             node=self.config.name,
             published_by_topic=dict(stats.published_by_topic),
@@ -344,6 +352,11 @@ class Server:
                 "instance": budget.instance_disconnects,
             },
             damaged_records=instance.damage.count,
+            journal_first_txid=journal.first_txid,
+            journal_lifecycle_segments=dict(lifecycle.segments_by_action),
+            journal_lifecycle_bytes=dict(lifecycle.bytes_by_action),
+            journal_holds={h.holder: h.oldest_needed_txid for h in instance.holds.holds()},
+            journal_held_segments=dict(lifecycle.held_segments),
             queues=tuple(
                 QueueSnapshot(name, driver.statistics())
                 for name, driver in sorted(instance.queues.drivers.items())

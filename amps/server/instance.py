@@ -26,6 +26,7 @@ from amps.names import name_problem
 from amps.server.convert import success_ack
 from amps.server.damage import DamageLog
 from amps.server.hops import HopStatistics
+from amps.server.lifecycle import HoldRegistry, JournalLifecycle
 from amps.server.queue_manager import QueueManager
 from amps.server.record_cache import RecordCache
 from amps.server.send_budget import SendBudget
@@ -98,6 +99,12 @@ class Instance:
         self._loop = asyncio.get_running_loop()
         self.queues = QueueManager(self, config.queues)
         self.queues.wire_actions(config.actions)
+        # The journal lifecycle never removes what a hold needs (queues here; replication
+        # destinations register theirs).
+        self.holds = HoldRegistry()
+        for name, driver in self.queues.drivers.items():
+            self.holds.register(f"queue {name}", driver.oldest_needed_txid)
+        self.lifecycle = JournalLifecycle(journal, self.holds, now_us)
         # The replication links (set by the server when replication is configured).
         self.replicator: Replicator | None = None
 
@@ -115,8 +122,10 @@ class Instance:
         self._committer = asyncio.create_task(self._commit_loop(), name="commit-loop")
         if self.queues.drivers:
             self.queues.start_checkpoints()
+        self.lifecycle.start_schedules(self.config.actions)
 
     async def stop(self) -> None:
+        await self.lifecycle.stop()
         if self._soon_commit is not None:
             self._soon_commit.cancel()  # the journal's close commits what is appended
         for session in list(self.sessions):

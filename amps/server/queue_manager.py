@@ -300,6 +300,7 @@ class QueueManager:
         stored = self._stored.get(driver.name)
         if stored is None or stored.recovery_point_setting != setting:
             return self._configured_start(setting)
+        driver.saved_low_water_txid = stored.low_water_txid
         if stored.snapshot is not None and stored.snapshot_txid + 1 >= journal.first_txid:
             try:
                 snapshot, taken_mono_ms, taken_wall_us = decode_snapshot(stored.snapshot)
@@ -380,6 +381,7 @@ class QueueManager:
                 await self.store.save(
                     driver.name, setting, low_water, snapshot_bytes, snapshot_txid, wall_us
                 )
+            driver.saved_low_water_txid = low_water
 
     async def close(self) -> None:
         """Final checkpoint (a clean restart replays nothing) and close the store."""

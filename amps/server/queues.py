@@ -208,9 +208,19 @@ class QueueDriver:
         # Checkpoints: whether anything changed since the last one, and when to snapshot next.
         self.dirty = True
         self.next_snapshot_at = 0.0
+        # The recovery point queues.db holds (what a restart replays from), None before one.
+        self.saved_low_water_txid: int | None = None
         # Queue deliveries: one encoder per sub_id (topic = this queue's name, encoded once).
         self._topic = self.name.encode()
         self._encoders: dict[str, QueueDeliveryEncoder] = {}
+
+    def oldest_needed_txid(self) -> int:
+        """The journal lifecycle's hold: the queue's unacknowledged messages, and what a restart
+        from the recovery point stored in queues.db would replay (Q16)."""
+        low_water = self.engine.low_water_txid()
+        if self.saved_low_water_txid is not None:
+            low_water = min(low_water, self.saved_low_water_txid)
+        return low_water + 1
 
     def restore(self, snapshot: QueueSnapshot, shift_ms: int) -> None:
         """Start from a stored snapshot (before any event was handled)."""

@@ -17,6 +17,7 @@ CORE_MODULES = [
     "amps/log/codec.py",
     "amps/log/dedup.py",
     "amps/log/recovery.py",
+    "amps/log/retention.py",
     "amps/client/policy.py",
     "amps/batching.py",
     "replication/frames.py",
