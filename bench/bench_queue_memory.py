@@ -2,8 +2,8 @@
 time to publish them (one `handle` each, and `handle_many` per 100), and deliver+ack through 4
 subscriptions with backlog 100: one bookmark per `Acked`, and acks batched per client as a client
 library sends them (one `Acked` per client per round), and snapshot/encode/decode/restore of the
-queue (Q16). Printed, never asserted.
-Run: ``.venv/bin/python -m bench.bench_queue_memory [--messages N]``."""
+queue (Q16) fed by 1, 2 and 8 publishers. Printed, never asserted.
+Run: ``.venv/bin/python -m bench.bench_queue_memory [--messages N] [--snapshot-only]``."""
 
 from __future__ import annotations
 
@@ -96,28 +96,38 @@ def measure_batched(count: int) -> None:
     print(f"deliver+ack (acks batched per client): {count / seconds:,.0f} msgs/s ({seconds:.2f} s)")
 
 
-def measure_snapshot(count: int) -> None:
-    """Snapshot, encode, decode and restore a queue of `count` live messages (Q16 restart)."""
+def measure_snapshot(count: int, publishers: int = 1) -> None:
+    """Snapshot, encode, decode and restore a queue of `count` live messages (Q16 restart) fed
+    by `publishers` publishers taking turns in runs of 50 messages (a replicated queue has one
+    per origin instance)."""
     policy = QueuePolicy(lease_period_ms=30_000, expiration_ms=3_600_000)
     engine = QueueEngine(policy)
     for first in range(1, 2 * count + 1, 1000):
         last = min(first + 1000, 2 * count + 1)
-        engine.handle_many([MessagePublished(t, 7, t, t // 1000) for t in range(first, last)], 0)
-    engine.handle(Acked("c", [(7, t) for t in range(1, 2 * count + 1, 2)]), 0)  # half acked
-    start = time.perf_counter()
+        engine.handle_many(
+            [
+                MessagePublished(t, 7 + t // 50 % publishers, t, t // 1000)
+                for t in range(first, last)
+            ],
+            0,
+        )
+    # The oldest half acked, as consumers take a queue in order (bench_queues' restart shape).
+    engine.handle(Acked("c", [(7 + t // 50 % publishers, t) for t in range(1, count + 1)]), 0)
+    start = time.process_time()
     snapshot = engine.snapshot()
-    taken = time.perf_counter()
+    taken = time.process_time()
     data = encode_snapshot(snapshot, 0, 0)
-    encoded = time.perf_counter()
+    encoded = time.process_time()
     decoded, _, _ = decode_snapshot(data)
-    read = time.perf_counter()
+    read = time.process_time()
     restored = QueueEngine.restore(policy, decoded, 12_345)
-    done = time.perf_counter()
+    done = time.process_time()
     assert restored.deliverable(1) == engine.deliverable(1)
     print(
-        f"snapshot: {taken - start:.3f} s, encode {encoded - taken:.3f} s, "
+        f"snapshot, {publishers} publisher{'s' if publishers > 1 else ''} (CPU time): "
+        f"{taken - start:.3f} s, encode {encoded - taken:.3f} s, "
         f"decode {read - encoded:.3f} s, restore {done - read:.3f} s "
-        f"({len(snapshot.txids):,} live messages, half of {2 * count:,} acked, {len(data):,} B)"
+        f"({len(snapshot.txids):,} live messages, the oldest {count:,} acked, {len(data):,} B)"
     )
 
 
@@ -158,14 +168,18 @@ def measure_rss(count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--snapshot-only", action="store_true", help="snapshot figures only")
     parser.add_argument("--rss-memory", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rss-file", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_memory or args.rss_file:
         rss_child(args.messages, args.rss_file)
         return
+    for publishers in (1, 2, 8):
+        measure_snapshot(args.messages, publishers)
+    if args.snapshot_only:
+        return
     measure_rss(args.messages)
-    measure_snapshot(args.messages)
     measure_memory(args.messages)
     measure_throughput(args.messages)
     measure_batched(args.messages)

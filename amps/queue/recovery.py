@@ -18,10 +18,10 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, islice, repeat
-from operator import le, lt
+from operator import itemgetter, le, lt
 
 from amps.queue.actions import Action, ExpireReason, RemovalReason
-from amps.queue.bookmarks import BookmarkIndex, PublisherRun
+from amps.queue.bookmarks import BookmarkIndex
 from amps.queue.bulk import add_constant
 from amps.queue.columns import Column, as_array, column_bytes, tail
 from amps.queue.events import MessageRemoved
@@ -39,26 +39,48 @@ from amps.queue.table import (
 
 
 @dataclass(frozen=True, slots=True)
+class BookmarkRun:
+    """One publisher's bookmarks of live messages: seqs and txids, both increasing."""
+
+    publisher_id: int
+    seqs: array[int]
+    txids: array[int]
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSnapshot:
-    """Live messages as parallel columns (txid order), deferred acks, and the high-water txid."""
+    """Live messages as parallel columns (txid order), their bookmarks per publisher, deferred
+    acks, and the high-water txid."""
 
     high_water_txid: int
     txids: array[int]
-    publisher_ids: array[int]
-    seqs: array[int]
     timestamps_ms: array[int]
     priorities: array[int]
     barrier_flags: bytes
     expire_at_ms: array[int]
+    bookmark_runs: tuple[BookmarkRun, ...]
+    """By publisher id; with `unordered_bookmarks`, each live message's bookmark once."""
+    unordered_bookmarks: tuple[tuple[int, int, int], ...]
+    """(publisher_id, seq, txid) of bookmarks out of their publisher's order (should not
+    happen), in txid order."""
     deferred_acks: tuple[tuple[int, int, int], ...]
     """(publisher_id, seq, expires_at_ms)."""
     hints: int = 0
     """What the taker knew about the columns (HINT_*), so restore need not check it row by
     row; 0 (an older snapshot) makes restore verify everything itself."""
 
+    def bookmark_of(self) -> dict[int, tuple[int, int]]:
+        """txid -> (publisher_id, seq) of every live message (slow; for tests and tools)."""
+        found = {t: (p, s) for p, s, t in self.unordered_bookmarks}
+        for run in self.bookmark_runs:
+            pairs = zip(repeat(run.publisher_id), run.seqs)
+            found.update(zip(run.txids, pairs, strict=True))
+        return found
+
 
 HINT_SEQS_IN_ORDER = 1
-"""Each publisher's seqs increase in txid order (no out-of-order bookmark entry)."""
+"""Each publisher's seqs increase in txid order (no out-of-order bookmark entry); AQS2 only,
+where bookmarks were columns in txid order."""
 HINT_EXPIRIES_IN_ORDER = 2
 """No message's expiry is earlier than an older message's (no out-of-order expiry)."""
 HINT_EXPIRY_DERIVED = 4
@@ -196,59 +218,72 @@ def snapshot(state: QueueState) -> QueueSnapshot:
         else:
             expiries = add_constant(stamps, state.policy.expiration_ms)
     table_txids = as_array(table.txid, "q", head) if keep is not None else txids
-    publishers, seqs, indexed = _bookmarks_of(state.bookmarks, txids, table_txids, keep)
+    runs, unordered, indexed = _bookmarks_of(state.bookmarks, txids, table_txids, keep)
     if indexed is not None:  # a duplicate bookmark hid a row (never in a sane log): drop it
         txids, stamps, priorities, expiries = (
             array(c.typecode, compress(c, indexed)) for c in (txids, stamps, priorities, expiries)
         )
         barriers = bytes(compress(barriers, indexed))
-    if not state.bookmarks.export()[1]:
-        hints |= HINT_SEQS_IN_ORDER
     deferred = tuple(sorted((p, s, at) for (p, s), at in state.deferred.items()))
     return QueueSnapshot(
-        state.last_txid, txids, publishers, seqs, stamps, priorities, barriers, expiries,
+        state.last_txid, txids, stamps, priorities, barriers, expiries, runs, unordered,
         deferred, hints,
     )  # fmt: skip
 
 
 def _bookmarks_of(
     bookmarks: BookmarkIndex, txids: array[int], table_txids: array[int], keep: bytes | None
-) -> tuple[array[int], array[int], bytes | None]:
-    """The (publisher ids, seqs) of `txids` (increasing) as columns, and None, or a mask of
-    the txids indexed if some are not (then the columns cover only those). `txids` are the
-    rows of `table_txids` that `keep` selects (all of them without `keep`)."""
-    count = len(txids)
+) -> tuple[tuple[BookmarkRun, ...], tuple[tuple[int, int, int], ...], bytes | None]:
+    """The index's runs and out-of-order entries cut to the live `txids` (increasing), and
+    None, or a mask of the txids indexed if some are not. `txids` are the rows of
+    `table_txids` that `keep` selects (all of them without `keep`).
+
+    The index keeps entries of removed messages until its own compaction. Entries older than
+    the oldest live message are a prefix of each run (one bisect). Without out-of-order
+    entries each live message is in one run once, so if the later entries number the live
+    messages they are them; a single run holding the table's rows, holes and all, is cut by
+    `keep`; otherwise the runs are filtered through a set of the live txids, in C (no Python
+    call per entry either way).
+    """
     runs, unordered = bookmarks.export()
-    if not count:
-        return array("Q"), array("Q"), None
-    if len(runs) == 1 and not unordered:  # the usual case: one publisher per queue
+    if not txids:
+        return (), (), None
+    first = txids[0]
+    starts = {p: bisect_left(run.txids, first) for p, run in runs.items()}
+    entries = sum(len(runs[p].txids) - start for p, start in starts.items())
+    live: set[int] | None = None
+    later: list[tuple[int, int, int]] = []
+    if len(runs) == 1 and not unordered and keep is not None and entries == len(table_txids):
         ((publisher_id, run),) = runs.items()
-        start = bisect_left(run.txids, txids[0])
+        start = starts[publisher_id]
         run_txids = as_array(run.txids, "q", start)
-        if run_txids == txids:  # nothing acked in between since the index's last compaction
-            seqs = as_array(run.seqs, "Q", start)
-        elif keep is not None and run_txids == table_txids:  # the table's rows, holes and all
+        if run_txids == table_txids:  # the usual case: one publisher, removed rows not compacted
             seqs = array("Q", compress(as_array(run.seqs, "Q", start), keep))
+            return (BookmarkRun(publisher_id, seqs, txids),), (), None
+    if unordered or entries != len(txids):
+        live = set(txids)
+        later = [(p, s, t) for (p, s), t in unordered.items() if t in live]
+    out = []
+    for publisher_id in sorted(runs):
+        run = runs[publisher_id]
+        start = starts[publisher_id]
+        run_txids = as_array(run.txids, "q", start)
+        if live is None:
+            run_seqs = as_array(run.seqs, "Q", start)
         else:
-            live = set(txids)
             mask = bytes(map(live.__contains__, run_txids))
-            seqs = array("Q", compress(tail(run.seqs, start), mask))
-        assert len(seqs) == count, "every live message is indexed once"
-        return array("Q", [publisher_id]) * count, seqs, None
-    seq_of: dict[int, int] = {}
-    publisher_of: dict[int, int] = {}
-    for publisher_id, run in runs.items():
-        seq_of.update(zip(run.txids, run.seqs, strict=True))
-        publisher_of.update(zip(run.txids, repeat(publisher_id)))
-    for (publisher_id, seq), txid in unordered.items():
-        seq_of[txid] = seq
-        publisher_of[txid] = publisher_id
+            run_txids = array("q", compress(run_txids, mask))
+            run_seqs = array("Q", compress(tail(run.seqs, start), mask))
+        if run_txids:
+            out.append(BookmarkRun(publisher_id, run_seqs, run_txids))
+    later.sort(key=itemgetter(2))
     indexed: bytes | None = None
-    if len(seq_of) < count or not all(map(seq_of.__contains__, txids)):
-        indexed = bytes(map(seq_of.__contains__, txids))
-        txids = array("q", compress(txids, indexed))
-    publishers = array("Q", map(publisher_of.__getitem__, txids))
-    return publishers, array("Q", map(seq_of.__getitem__, txids)), indexed
+    if len(later) + sum(len(kept.txids) for kept in out) != len(txids):
+        found = {e[2] for e in later}
+        for kept in out:
+            found.update(kept.txids)
+        indexed = bytes(map(found.__contains__, txids))
+    return tuple(out), tuple(later), indexed
 
 
 def restore(state: QueueState, snap: QueueSnapshot, shift_ms: int) -> None:
@@ -386,38 +421,45 @@ def _fill_levels(state: QueueState, txids: array[int], priorities: array[int], a
 
 
 def _fill_bookmarks(state: QueueState, snap: QueueSnapshot) -> None:
-    """Per-publisher runs of increasing seqs, as `BookmarkIndex.add` would have built them."""
+    """The index `BookmarkIndex.add` would build from the messages in txid order: the runs as
+    they are, unless some bookmark is out of its publisher's order (then one `add` each)."""
     index = state.bookmarks
-    publishers, seqs, txids = snap.publisher_ids, snap.seqs, snap.txids
-    if not txids:
-        return
-    if publishers.count(publishers[0]) == len(publishers):
-        distinct = {publishers[0]}
-    else:
-        distinct = set(publishers)
-    if len(distinct) > _BULK_PUBLISHERS:
-        for publisher_id, seq, txid in zip(publishers, seqs, txids, strict=True):
-            index.add(publisher_id, seq, txid)
-        return
-    runs: dict[int, PublisherRun] = {}
-    max_seq: dict[int, int] = {}
-    for publisher_id in sorted(distinct):
-        if len(distinct) == 1:
-            run_seqs, run_txids = seqs, txids
-        else:
-            mask = bytes(map(publisher_id.__eq__, publishers))
-            run_seqs = array("Q", compress(seqs, mask))
-            run_txids = array("q", compress(txids, mask))
-        in_order = snap.hints & HINT_SEQS_IN_ORDER
-        if not in_order and not all(map(lt, run_seqs, islice(run_seqs, 1, None))):
-            break  # a seq out of order (should not happen): the general path below
-        runs[publisher_id] = index.new_run(run_seqs, run_txids)
-        max_seq[publisher_id] = run_seqs[-1]
-    else:
+    if not snap.unordered_bookmarks:
+        runs = {r.publisher_id: index.new_run(r.seqs, r.txids) for r in snap.bookmark_runs}
+        max_seq = {r.publisher_id: r.seqs[-1] for r in snap.bookmark_runs}
         index.load(runs, {}, max_seq)
         return
-    for publisher_id, seq, txid in zip(publishers, seqs, txids, strict=True):
+    for txid, (publisher_id, seq) in sorted(snap.bookmark_of().items()):
         index.add(publisher_id, seq, txid)
+
+
+def bookmark_runs_of(
+    publisher_ids: array[int], seqs: array[int], txids: array[int], *, in_order: bool
+) -> tuple[tuple[BookmarkRun, ...], tuple[tuple[int, int, int], ...]]:
+    """Bookmarks given as columns in txid order (snapshots before AQS3) as runs per publisher,
+    or, if some publisher's seqs do not increase, every one as out of order (`in_order`: the
+    taker knew they do)."""
+    if not txids:
+        return (), ()
+    if publisher_ids.count(publisher_ids[0]) == len(publisher_ids):
+        distinct = [publisher_ids[0]]
+    else:
+        distinct = sorted(set(publisher_ids))
+    runs = []
+    if len(distinct) <= _BULK_PUBLISHERS:
+        for publisher_id in distinct:
+            if len(distinct) == 1:
+                run_seqs, run_txids = seqs, txids
+            else:
+                mask = bytes(map(publisher_id.__eq__, publisher_ids))
+                run_seqs = array("Q", compress(seqs, mask))
+                run_txids = array("q", compress(txids, mask))
+            if not in_order and not all(map(lt, run_seqs, islice(run_seqs, 1, None))):
+                break
+            runs.append(BookmarkRun(publisher_id, run_seqs, run_txids))
+        else:
+            return tuple(runs), ()
+    return (), tuple(zip(publisher_ids, seqs, txids, strict=True))
 
 
 _BULK_LEVELS = 16

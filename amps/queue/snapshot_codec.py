@@ -1,8 +1,11 @@
 """QueueSnapshot <-> bytes, for the queue state store (pure; the caller does the I/O).
 
-Layout: a fixed header, then each column as raw little-endian machine words. Arrays of 8-byte
-integers are copied in one call each, so a snapshot of a million messages encodes and decodes in
-milliseconds.
+Layout (AQS3): a fixed header and the hints word; the message columns as raw little-endian
+machine words (txids, timestamps, priorities, barrier bytes, expiries); the bookmark runs, each a
+publisher id and length then its seqs and txids; the out-of-order bookmarks; the deferred acks.
+Arrays of 8-byte integers are copied in one call each, so a snapshot of a million messages
+encodes and decodes in milliseconds whatever the number of publishers. AQS2 and AQS1 (bookmarks
+as two columns in txid order) are still read, and turned into runs.
 """
 
 from __future__ import annotations
@@ -11,13 +14,22 @@ import struct
 import sys
 from array import array
 
-from amps.queue.recovery import QueueSnapshot
+from amps.queue.recovery import (
+    HINT_SEQS_IN_ORDER,
+    BookmarkRun,
+    QueueSnapshot,
+    bookmark_runs_of,
+)
 
-MAGIC = b"AQS2"  # AQS1 plus the snapshot's hints (a u32 after the header)
+MAGIC = b"AQS3"  # AQS2 with the bookmarks as runs per publisher
+MAGIC_V2 = b"AQS2"  # still read: AQS1 plus the snapshot's hints (a u32 after the header)
 MAGIC_V1 = b"AQS1"  # still read: hints 0, so restore checks the columns itself
 _HEADER = struct.Struct("<4sqqqI")  # magic, high_water_txid, taken_mono_ms, taken_wall_us, count
 _HINTS = struct.Struct("<I")
 _DEFERRED = struct.Struct("<QQq")
+_RUN = struct.Struct("<QI")  # publisher id, entries
+_UNORDERED = struct.Struct("<QQq")  # publisher id, seq, txid
+_COUNT = struct.Struct("<I")
 
 
 class SnapshotFormatError(ValueError):
@@ -52,15 +64,22 @@ def encode_snapshot(snap: QueueSnapshot, taken_mono_ms: int, taken_wall_us: int)
         _HEADER.pack(MAGIC, snap.high_water_txid, taken_mono_ms, taken_wall_us, count),
         _HINTS.pack(snap.hints),
         _column(snap.txids, "q"),
-        _column(snap.publisher_ids, "Q"),
-        _column(snap.seqs, "Q"),
         _column(snap.timestamps_ms, "q"),
         _column(snap.priorities, "Q"),
         snap.barrier_flags,
         _column(snap.expire_at_ms, "q"),
-        struct.pack("<I", len(snap.deferred_acks)),
-        *(_DEFERRED.pack(*item) for item in snap.deferred_acks),
+        _COUNT.pack(len(snap.bookmark_runs)),
     ]
+    for run in snap.bookmark_runs:
+        parts += [
+            _RUN.pack(run.publisher_id, len(run.txids)),
+            _column(run.seqs, "Q"),
+            _column(run.txids, "q"),
+        ]
+    parts.append(_COUNT.pack(len(snap.unordered_bookmarks)))
+    parts.extend(_UNORDERED.pack(*item) for item in snap.unordered_bookmarks)
+    parts.append(_COUNT.pack(len(snap.deferred_acks)))
+    parts.extend(_DEFERRED.pack(*item) for item in snap.deferred_acks)
     return b"".join(parts)
 
 
@@ -69,35 +88,77 @@ def decode_snapshot(data: bytes) -> tuple[QueueSnapshot, int, int]:
     if len(data) < _HEADER.size:
         raise SnapshotFormatError("snapshot is truncated")
     magic, high_water, mono_ms, wall_us, count = _HEADER.unpack_from(data, 0)
-    if magic not in (MAGIC, MAGIC_V1):
+    if magic not in (MAGIC, MAGIC_V2, MAGIC_V1):
         raise SnapshotFormatError("not a queue snapshot")
     view = memoryview(data)
     offset = _HEADER.size
     hints = 0
-    if magic == MAGIC:
-        if offset + _HINTS.size > len(data):
-            raise SnapshotFormatError("snapshot is truncated")
-        (hints,) = _HINTS.unpack_from(data, offset)
-        offset += _HINTS.size
+    if magic != MAGIC_V1:
+        (hints,), offset = _unpack(_HINTS, data, offset)
     txids, offset = _read_column(view, offset, count, "q")
-    publishers, offset = _read_column(view, offset, count, "Q")
-    seqs, offset = _read_column(view, offset, count, "Q")
-    stamps, offset = _read_column(view, offset, count, "q")
+    if magic == MAGIC:
+        stamps, offset = _read_column(view, offset, count, "q")
+    else:
+        publishers, offset = _read_column(view, offset, count, "Q")
+        seqs, offset = _read_column(view, offset, count, "Q")
+        stamps, offset = _read_column(view, offset, count, "q")
     priorities, offset = _read_column(view, offset, count, "Q")
+    if offset + count > len(data):
+        raise SnapshotFormatError("snapshot is truncated")
     barriers = bytes(view[offset : offset + count])
     offset += count
     expiries, offset = _read_column(view, offset, count, "q")
-    if offset + 4 > len(data):
-        raise SnapshotFormatError("snapshot is truncated")
-    (deferred_count,) = struct.unpack_from("<I", data, offset)
-    offset += 4
-    if offset + deferred_count * _DEFERRED.size != len(data):
+    if magic == MAGIC:
+        runs, unordered, offset = _read_bookmarks(data, view, offset, count)
+    else:
+        in_order = bool(hints & HINT_SEQS_IN_ORDER)
+        runs, unordered = bookmark_runs_of(publishers, seqs, txids, in_order=in_order)
+    deferred, offset = _read_items(_DEFERRED, data, offset)
+    if offset != len(data):
         raise SnapshotFormatError("snapshot length does not match its contents")
-    deferred = tuple(
-        _DEFERRED.unpack_from(data, offset + i * _DEFERRED.size) for i in range(deferred_count)
-    )
     snap = QueueSnapshot(
-        high_water, txids, publishers, seqs, stamps, priorities, barriers, expiries, deferred,
+        high_water, txids, stamps, priorities, barriers, expiries, runs, unordered, deferred,
         hints,
     )  # fmt: skip
     return snap, mono_ms, wall_us
+
+
+def _read_bookmarks(
+    data: bytes, view: memoryview, offset: int, count: int
+) -> tuple[tuple[BookmarkRun, ...], tuple[tuple[int, int, int], ...], int]:
+    """The runs and out-of-order bookmarks; together they must name `count` messages."""
+    (run_count,), offset = _unpack(_COUNT, data, offset)
+    runs = []
+    publishers = set()
+    named = 0
+    for _ in range(run_count):
+        (publisher_id, length), offset = _unpack(_RUN, data, offset)
+        if not length or publisher_id in publishers:
+            raise SnapshotFormatError("snapshot has an empty or repeated bookmark run")
+        publishers.add(publisher_id)
+        seqs, offset = _read_column(view, offset, length, "Q")
+        txids, offset = _read_column(view, offset, length, "q")
+        runs.append(BookmarkRun(publisher_id, seqs, txids))
+        named += length
+    unordered, offset = _read_items(_UNORDERED, data, offset)
+    if named + len(unordered) != count:
+        raise SnapshotFormatError("snapshot bookmarks do not match its messages")
+    return tuple(runs), unordered, offset
+
+
+def _unpack(layout: struct.Struct, data: bytes, offset: int) -> tuple[tuple[int, ...], int]:
+    if offset + layout.size > len(data):
+        raise SnapshotFormatError("snapshot is truncated")
+    return layout.unpack_from(data, offset), offset + layout.size
+
+
+def _read_items(
+    layout: struct.Struct, data: bytes, offset: int
+) -> tuple[tuple[tuple[int, int, int], ...], int]:
+    """A u32 count then that many fixed-size triples."""
+    (count,), offset = _unpack(_COUNT, data, offset)
+    end = offset + count * layout.size
+    if end > len(data):
+        raise SnapshotFormatError("snapshot is truncated")
+    items = tuple(layout.unpack_from(data, offset + i * layout.size) for i in range(count))
+    return items, end

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import heapq
+import random
+import struct
 from array import array
 from dataclasses import replace
 
@@ -11,10 +13,10 @@ from hypothesis import strategies as st
 
 from amps.queue import Acked, MessagePublished, QueueEngine, QueuePolicy, QueueSnapshot
 from amps.queue.bulk import add_constant
-from amps.queue.recovery import HINT_EXPIRY_DERIVED
+from amps.queue.recovery import HINT_EXPIRY_DERIVED, HINT_SEQS_IN_ORDER
 from amps.queue.snapshot_codec import decode_snapshot, encode_snapshot
 from amps.queue.state import QueueState
-from amps.queue.table import NO_EXPIRY
+from amps.queue.table import NO_EXPIRY, REMOVED
 
 
 def reference_restore(policy: QueuePolicy, snap: QueueSnapshot, shift_ms: int) -> QueueEngine:
@@ -26,10 +28,11 @@ def reference_restore(policy: QueuePolicy, snap: QueueSnapshot, shift_ms: int) -
         at == (NO_EXPIRY if base is None else stamp + base)
         for stamp, at in zip(snap.timestamps_ms, snap.expire_at_ms, strict=True)
     )
+    bookmark_of = snap.bookmark_of()
     for i, txid in enumerate(snap.txids):
         at = snap.expire_at_ms[i]
         state.insert(
-            txid, snap.publisher_ids[i], snap.seqs[i], snap.timestamps_ms[i] + shift_ms,
+            txid, *bookmark_of[txid], snap.timestamps_ms[i] + shift_ms,
             snap.priorities[i], bool(snap.barrier_flags[i]),
             at if at == NO_EXPIRY else at + shift_ms, own_expiry=not uniform,
         )  # fmt: skip
@@ -78,12 +81,17 @@ message = st.tuples(
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(policy=policies, messages=st.lists(message, max_size=40), shift=st.integers(-999, 999))
-def test_bulk_restore_equals_one_insert_per_message(
-    policy: QueuePolicy, messages: list[tuple[int, int, int, int, bool, int | None, bool]],
-    shift: int,
-) -> None:  # fmt: skip
+def live_bookmarks(engine: QueueEngine) -> dict[int, tuple[int, int]]:
+    """txid -> bookmark of every live message, read off the engine's index one by one."""
+    table = engine._state.table
+    live = {table.txid[slot] for slot in range(len(table)) if table.state[slot] != REMOVED}
+    return {t: (p, s) for t, p, s in engine._state.bookmarks.items() if t in live}
+
+
+def engine_from(
+    policy: QueuePolicy, messages: list[tuple[int, int, int, int, bool, int | None, bool]]
+) -> QueueEngine:
+    """An engine fed the drawn messages, some acked, with one deferred ack."""
     engine = QueueEngine(policy)
     seqs = {1: 10, 2: 10, 3: 10}
     stamp = 1_000
@@ -103,7 +111,18 @@ def test_bulk_restore_equals_one_insert_per_message(
             acks.append((publisher, seqs[publisher]))
     engine.handle(Acked("c", acks), 0)
     engine.handle(Acked("c", [(2, 10_000)]), 0)  # a deferred ack
+    return engine
+
+
+@settings(max_examples=300, deadline=None)
+@given(policy=policies, messages=st.lists(message, max_size=40), shift=st.integers(-999, 999))
+def test_bulk_restore_equals_one_insert_per_message(
+    policy: QueuePolicy, messages: list[tuple[int, int, int, int, bool, int | None, bool]],
+    shift: int,
+) -> None:  # fmt: skip
+    engine = engine_from(policy, messages)
     snap = engine.snapshot()
+    assert snap.bookmark_of() == live_bookmarks(engine)
     for candidate in (
         snap,
         replace(snap, hints=0),
@@ -115,18 +134,50 @@ def test_bulk_restore_equals_one_insert_per_message(
         assert restored.snapshot().txids == snap.txids
 
 
+def encode_aqs2(snap: QueueSnapshot) -> bytes:
+    """The AQS2 layout (bookmarks as two columns in txid order), as the previous version
+    wrote it; little-endian machine assumed, as on every machine the tests run on."""
+    bookmark_of = snap.bookmark_of()
+    publishers = array("Q", (bookmark_of[t][0] for t in snap.txids))
+    seqs = array("Q", (bookmark_of[t][1] for t in snap.txids))
+    return b"".join([
+        struct.pack("<4sqqqI", b"AQS2", snap.high_water_txid, 1, 2, len(snap.txids)),
+        struct.pack("<I", snap.hints | HINT_SEQS_IN_ORDER * (not snap.unordered_bookmarks)),
+        snap.txids.tobytes(), publishers.tobytes(), seqs.tobytes(),
+        snap.timestamps_ms.tobytes(), snap.priorities.tobytes(), snap.barrier_flags,
+        snap.expire_at_ms.tobytes(), struct.pack("<I", len(snap.deferred_acks)),
+        *(struct.pack("<QQq", *item) for item in snap.deferred_acks),
+    ])  # fmt: skip
+
+
 def test_an_older_snapshot_without_hints_still_decodes() -> None:
     engine = QueueEngine(QueuePolicy(expiration_ms=1000))
     for txid in range(1, 6):
         engine.handle(MessagePublished(txid, 7, txid, txid), 0)
     snap = engine.snapshot()
     assert snap.hints & HINT_EXPIRY_DERIVED
-    data = bytearray(encode_snapshot(snap, 1, 2))
+    data = bytearray(encode_aqs2(snap))
     data[0:4] = b"AQS1"
     del data[32:36]  # the hints word, right after the 32-byte header
     decoded, mono, wall = decode_snapshot(bytes(data))
     assert (mono, wall) == (1, 2)
     assert decoded == replace(snap, hints=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(policy=policies, messages=st.lists(message, max_size=40), shift=st.integers(-999, 999))
+def test_an_aqs2_snapshot_restores_as_its_aqs3_equivalent(
+    policy: QueuePolicy, messages: list[tuple[int, int, int, int, bool, int | None, bool]],
+    shift: int,
+) -> None:  # fmt: skip
+    """Q16: a snapshot written by the previous version (bookmarks in txid order) restores to
+    the same engine as today's (bookmarks as runs per publisher)."""
+    snap = engine_from(policy, messages).snapshot()
+    old, _, _ = decode_snapshot(encode_aqs2(snap))
+    assert old.bookmark_of() == snap.bookmark_of()
+    assert fingerprint(QueueEngine.restore(policy, old, shift)) == fingerprint(
+        QueueEngine.restore(policy, snap, shift)
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -136,3 +187,27 @@ def test_an_older_snapshot_without_hints_still_decodes() -> None:
 )
 def test_add_constant_adds_to_every_word(values: list[int], constant: int) -> None:
     assert list(add_constant(array("q", values), constant)) == [v + constant for v in values]
+
+
+def test_many_publishers_with_compacted_and_uncompacted_garbage() -> None:
+    """Q16: bookmark runs of several publishers cut to the live messages, before and after
+    the table and the index compact, restore to an engine that finds every bookmark."""
+    rng = random.Random(11)
+    engine = QueueEngine(QueuePolicy())
+    seqs = dict.fromkeys(range(1, 6), 0)
+    txid = 0
+    for _ in range(40):
+        batch = []
+        for _ in range(rng.randint(1, 300)):
+            txid += 1
+            publisher = rng.choice([1, 1, 2, 3, 4, 5])
+            seqs[publisher] += rng.choice([1, 1, 2])
+            batch.append(MessagePublished(txid, publisher, seqs[publisher], 0))
+        engine.handle_many(batch, 0)
+        live = live_bookmarks(engine)
+        engine.handle(Acked("c", [b for b in live.values() if rng.random() < 0.6]), 0)
+        snap = engine.snapshot()
+        assert snap.bookmark_of() == live_bookmarks(engine)
+        restored = QueueEngine.restore(QueuePolicy(), snap, 0)
+        restored.check_invariants()
+        assert fingerprint(restored) == fingerprint(reference_restore(QueuePolicy(), snap, 0))
