@@ -14,6 +14,7 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     # Loaded at the first scrape or fsync: nothing before a first delivery needs them.
     from amps.metrics import InstanceSnapshot, Metrics
     from replication.link import Replicator
+    from replication.link_core import LinkCore
 
 log = logging.getLogger("amps.server")
 
@@ -51,6 +53,11 @@ GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
 
 # grpc_reflection's SERVICE_NAME, spelled out so that the module loads with the first request.
 REFLECTION_SERVICE = "grpc.reflection.v1alpha.ServerReflection"
+
+
+def _acked_through(core: LinkCore) -> Callable[[], int]:
+    """A destination's hold: everything after what it acknowledged (all of it before then)."""
+    return lambda: core.acked_through_txid + 1
 
 
 class LazyReflection:
@@ -237,6 +244,12 @@ class Server:
         from replication.link import Replicator
 
         replicator = Replicator(self.config, self.instance, self._journal_directory())
+        # The journal lifecycle never removes what a destination has not acknowledged (AMPS:
+        # "a journal is not removed until every destination has acked its messages").
+        for name in replicator.routes:
+            self.instance.holds.register(
+                f"destination {name}", _acked_through(replicator.cores[name])
+            )
         try:
             await replicator.start()
         except RuntimeError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -190,3 +191,36 @@ async def test_a_schedule_removes_old_journals_by_itself(tmp_path: Path) -> None
         assert len(segment_files(workdir / "journal")) <= 2
     finally:
         instance.kill()
+
+
+async def test_a_destination_that_has_not_acknowledged_holds_the_journal(tmp_path: Path) -> None:
+    """A replication destination needs what it has not acknowledged: while it is away, removal
+    keeps everything and names it (it will catch up from the log, R10)."""
+    port = free_port()
+    destination = (
+        "<Replication><Destination><Name>amps-2</Name><Group>amps-2</Group>"
+        "<SyncType>async</SyncType><Transport><Type>amps-replication</Type>"
+        f"<InetAddr>127.0.0.1:{port}</InetAddr></Transport>"
+        "<Topic><Name>.*</Name><MessageType>json</MessageType></Topic>"
+        "</Destination></Replication>"
+    )
+    workdir = tmp_path / "amps"
+    instance = InstanceProcess(workdir, config_xml(journal_size="64KB", extra=destination)).start()
+    try:
+        await publish(instance.address, 1, 200)
+        status, body = post(instance, "/amps/administrator/transaction_log/journals/all/remove")
+        assert status == 200, body
+        assert body["segments"] == []
+        assert body["held"]
+        assert all(h["holders"] == ["destination amps-2"] for h in body["held"])
+        metrics = samples(instance)
+        assert metrics[node("amps_journal_hold_txid", holder="destination amps-2")] == 1
+    finally:
+        instance.kill()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound and released at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
