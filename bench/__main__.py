@@ -26,6 +26,7 @@ MODULES: list[tuple[str, list[str], list[str], float]] = [
     ("bench_client", [], [], 600.0),
     ("bench_queues", ["--quick"], [], 2700.0),
     ("bench_backlog", ["--quick"], [], 900.0),
+    ("bench_replication", ["--quick"], [], 1800.0),
 ]
 
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol
 
-from amps.log.records import PublishRecord, Record
+from amps.log.records import PublishRecord, QueueRecord, Record
 from replication.frames import (
     PROTOCOL_VERSION,
     Ack,
@@ -447,6 +447,8 @@ class LinkCore:
                     break
                 through = record.txid
                 if route.wants(record):
+                    if isinstance(record, QueueRecord):
+                        record = self._by_bookmark(record)
                     chosen.append(record)
                     size_bytes += len(record.data) if isinstance(record, PublishRecord) else 64
             self._cursor = through + 1
@@ -463,6 +465,15 @@ class LinkCore:
         if self.acked_through_txid > acked_before:
             actions.append(PeerAcked(self.acked_through_txid))
         return actions
+
+    def _by_bookmark(self, record: QueueRecord) -> QueueRecord:
+        """An ack names messages by local txid; the peer knows them by bookmark (L1)."""
+        bookmarks = list(record.bookmarks)
+        for txid in record.txids:
+            found = self.log.read(txid, 1)
+            if found and found[0].txid == txid and isinstance(found[0], PublishRecord):
+                bookmarks.append(found[0].bookmark)
+        return replace(record, bookmarks=tuple(bookmarks), txids=(), delivered_us=(), deliveries=())
 
     def _on_ack(self, through_txid: int, now_ms: int) -> list[Action]:
         in_flight = self._in_flight

@@ -1,7 +1,9 @@
 """Which records of this instance's log go to one destination (R1, R9). [core]
 
-Rule 1: only publishes replicate for now; queue acknowledgements and ownership records join
-when they carry bookmarks instead of local txids (the replicated-queues issue).
+Rule 1: publishes and queue acknowledgements (`sow_delete`, a QueueRecord ACK) replicate; an
+ack matches a destination's Topic by its queue's name and ignores the Topic's Filter.
+Deliveries, leases, expiries and the rest of a queue's records stay local; ownership records
+join with the replicated-queues issue.
 Rule 2: a record never goes back to its origin, and goes to a destination only when it
 originated here or its origin's group matches the destination's PassThrough. A record that
 reaches an instance twice (a triangle) is discarded there as a duplicate and never appended,
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from amps.config.topics import topic_matches
-from amps.log.records import PublishRecord, Record
+from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record
 from replication.frames import Digest, TopicDigest
 
 if TYPE_CHECKING:
@@ -53,12 +55,15 @@ class Route:
 
     def wants(self, record: Record) -> bool:
         """Whether `record` (from this instance's log) goes to the destination."""
+        if isinstance(record, QueueRecord):
+            return (
+                record.action == QueueAction.ACK
+                and self._origin_allows(record)
+                and (not self._rules or bool(self._rules_for(record.queue)))
+            )
         if not isinstance(record, PublishRecord):
             return False
-        origin = record.origin_instance
-        if origin == self.destination:
-            return False
-        if origin != self.local and not self._passes_through(record.origin_group):
+        if not self._origin_allows(record):
             return False
         if not self._rules:
             return True
@@ -66,6 +71,12 @@ class Route:
         if not rules:
             return False
         return any(rule.filter is None or _matches(rule.filter, record) for rule in rules)
+
+    def _origin_allows(self, record: PublishRecord | QueueRecord) -> bool:
+        origin = record.origin_instance
+        if origin == self.destination:
+            return False
+        return origin == self.local or self._passes_through(record.origin_group)
 
     def _passes_through(self, group: str) -> bool:
         pattern = self.pass_through

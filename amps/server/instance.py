@@ -21,7 +21,7 @@ from amps import __version__, errors
 from amps.expr import Message
 from amps.log.bookmarks import publisher_id_for, server_publisher_id_for
 from amps.log.journal import Journal
-from amps.log.records import PublishRecord, Record
+from amps.log.records import PublishRecord, QueueRecord, Record
 from amps.names import name_problem
 from amps.server.convert import success_ack
 from amps.server.damage import DamageLog
@@ -234,8 +234,13 @@ class Instance:
         journal = self.journal
         marks = journal.marks
         for record in records:
+            if isinstance(record, QueueRecord):
+                # A replicated sow_delete: this instance's queue applies it (and logs its own
+                # removal); an ack that comes before its message waits in the deferred acks.
+                self.queues.replicated_ack(record)
+                continue
             if not isinstance(record, PublishRecord):
-                continue  # only publishes replicate for now (routing.py, Rule 1)
+                continue
             if marks.is_duplicate(record.publisher_id, record.seq):
                 self.statistics.duplicates += 1
                 continue

@@ -151,6 +151,12 @@ class QueueManager:
                         )
                     )
 
+    def replicated_ack(self, record: QueueRecord) -> None:
+        """R1: a peer's queue acknowledgement, by bookmark; nothing when the queue is not here."""
+        driver = self.drivers.get(record.queue)
+        if driver is not None and record.bookmarks:
+            driver.ack_replicated(record.bookmarks)
+
     def sow(self, session: Session, command: pb.Command) -> None:
         """Q19: the queue's deliverable messages, read-only."""
         from amps.server.wire import delivery_entry

@@ -322,6 +322,12 @@ class QueueDriver:
         now_ms = self.instance.now_ms()
         self.run(self.engine.handle(ClientDisconnected(session.client_id), now_ms), now_ms)
 
+    def ack_replicated(self, bookmarks: tuple[LogBookmark, ...]) -> int:
+        """R1: a sow_delete made on another instance, by bookmark; returns how many left."""
+        pairs = [(b.publisher_id, b.seq) for b in bookmarks]
+        now_ms = self.instance.now_ms()
+        return self.run(self.engine.handle(Acked("", pairs), now_ms), now_ms)
+
     def ack(self, session: Session, bookmarks: str, flt: Filter | None, options: str) -> int:
         """Q10–Q12: acknowledge by bookmark list or filter; returns how many left the queue."""
         started_ns = perf_counter_ns()

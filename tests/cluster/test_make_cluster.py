@@ -113,7 +113,7 @@ def test_prometheus_scrapes_the_three_instances_of_make_cluster(
         while time.monotonic() < deadline:
             try:
                 active = get_json(f"{api}/targets")["data"]["activeTargets"]  # type: ignore[index]
-                up = [t for t in active if t["health"] == "up"]  # type: ignore[attr-defined,index]
+                up = [t for t in active if t["health"] == "up"]
                 query = get_json(f"{api}/query?query=amps_replication_connected")
                 series = query["data"]["result"]  # type: ignore[index]
                 if len(up) == 3 and len(series) == 6:

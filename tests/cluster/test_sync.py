@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 from tests.cluster.checker import assert_clean, check
 from tests.cluster.test_replication import TIMEOUT_S, publish, read_all
 from tests.cluster.test_topologies import clusters  # noqa: F401 (fixture)
-from tests.harness.cluster import Cluster, Link, cluster
+from tests.harness.cluster import Cluster, Link, cluster, wait_until
 from tests.harness.instance import amps_cli
 
 ACTIONS = (
@@ -38,16 +37,6 @@ def destination(admin_port: int, name: str) -> dict[str, object]:
     destinations = replication_status(admin_port)["destinations"]
     assert isinstance(destinations, list)
     return next(d for d in destinations if d["name"] == name)
-
-
-async def wait_until(condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> None:
-    """Poll a condition (it reads another process's admin view) until it holds; bounded.
-    Polling, since the other process's state is nothing this one could await."""
-    for _ in range(int(timeout_s / 0.05)):
-        if await asyncio.to_thread(condition):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 async def test_a_dead_sync_destination_is_downgraded_by_the_action_and_upgraded_on_return(

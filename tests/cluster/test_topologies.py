@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,14 @@ import pytest
 from amps.client import Client
 from tests.cluster.checker import assert_clean, check
 from tests.cluster.test_replication import TIMEOUT_S, publish, read_all
-from tests.harness.cluster import Cluster, Link, cluster, cluster_configs, free_ports
+from tests.harness.cluster import (
+    Cluster,
+    Link,
+    cluster,
+    cluster_configs,
+    free_ports,
+    wait_until,
+)
 from tests.harness.instance import InstanceProcess
 from tests.harness.proxy import LinkProxy
 from tests.harness.streams import more_within, take
@@ -149,3 +157,35 @@ async def test_bookmarks_name_the_same_message_everywhere(
         await client.connect(pair["b"].address)
         rest = await take(await client.subscribe("orders", bookmark=middle), 10, TIMEOUT_S)
     assert [orjson.loads(m.data)["n"] for m in rest] == list(range(11, 21))
+
+
+QUEUE = (
+    "<SOW><Queue><Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic>"
+    "<MessageType>json</MessageType></Queue></SOW>"
+)
+
+
+def queue_depth(process: InstanceProcess) -> int:
+    url = f"http://127.0.0.1:{process.admin_port}/amps/instance/queues.json"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body = orjson.loads(response.read())
+    (queue,) = body["queues"]
+    return int(queue["queue_depth"])
+
+
+async def test_queue_acks_replicate(tmp_path: Path, clusters: list[Cluster]) -> None:
+    """R1: a sow_delete on one instance removes the messages from the queue on the other."""
+    pair = cluster(tmp_path, ["a", "b"])
+    clusters.append(pair)
+    pair.start({"a": [Link("b")], "b": [Link("a")]}, {"a": QUEUE, "b": QUEUE})
+    await publish(pair["a"], "pub-a", 10)
+    await read_all(pair["b"], 10)  # b holds all ten
+    async with Client("consumer") as consumer:
+        await consumer.connect(pair["a"].address)
+        subscription = await consumer.subscribe("work")
+        for _ in range(10):  # backlog 1 (the queue's default): one ack lets the next come
+            (message,) = await take(subscription, 1)
+            await message.ack()
+        await consumer.flush_acks()
+    await wait_until(lambda: queue_depth(pair["b"]) == 0)
+    assert await asyncio.to_thread(queue_depth, pair["a"]) == 0

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,3 +112,13 @@ def cluster(root: Path, names: Sequence[str]) -> Cluster:
 
 def full_mesh(names: Sequence[str], **options: object) -> dict[str, list[Link]]:
     return {n: [Link(p, **options) for p in names if p != n] for n in names}  # type: ignore[arg-type]
+
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    """Poll a condition (it reads another process's admin view) until it holds; bounded.
+    Polling, since the other process's state is nothing this one could await."""
+    for _ in range(int(timeout_s / 0.05)):
+        if await asyncio.to_thread(condition):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached in time")

@@ -305,3 +305,38 @@ def test_a_destination_that_is_down_falls_behind_for_the_downgrade_rule() -> Non
     assert core.oldest_unacked_ms(net.now_ms) == 600
     net.settle()
     assert core.oldest_unacked_ms(net.now_ms) == 0
+
+
+def test_queue_acks_replicate_by_bookmark_matched_by_queue_name_not_filter() -> None:
+    """R1: a sow_delete's record (local txids) crosses as bookmarks; other queue records stay."""
+    from dataclasses import replace
+
+    from amps.config.model import ReplicationTopicConfig
+    from amps.log.records import QueueAction, QueueRecord
+
+    log = MemoryLog()
+    log.records = [
+        PublishRecord(1, 0, "orders", b"{}", 7, 1, "a", "a", 1),
+        PublishRecord(2, 0, "orders", b"{}", 7, 2, "a", "a", 2),
+        QueueRecord(3, 0, "work", QueueAction.DELIVERED, txids=(1,), origin_instance="a",
+                    origin_group="a", origin_txid=3),
+        QueueRecord(4, 0, "work", QueueAction.ACK, txids=(1, 2), origin_instance="a",
+                    origin_group="a", origin_txid=4, delivered_us=(5, 6), deliveries=(1, 1)),
+    ]  # fmt: skip
+    log.durable = 4
+    topics = (
+        ReplicationTopicConfig("orders", "json", "/x = 1"),
+        ReplicationTopicConfig("work", "json", "/never = 1"),
+    )
+    dest = replace(destination("z"), topics=topics)
+    core = LinkCore("a", "a", log, {"z": Route("a", dest)}, PositionBook(), "z")
+    core.handle(Connected(dialled=True), 0)
+    actions = core.handle(FrameReceived(Hello(1, "z", "z", "", "", Route("a", dest).digest)), 0)
+    (batch,) = sent(actions)
+    assert isinstance(batch, Batch)
+    (ack,) = batch.records  # the publishes fail the filter; the delivery record stays local
+    assert isinstance(ack, QueueRecord)
+    assert ack.action is QueueAction.ACK
+    assert [(b.publisher_id, b.seq) for b in ack.bookmarks] == [(7, 1), (7, 2)]
+    assert ack.txids == ()
+    assert ack.deliveries == ()

@@ -1,0 +1,159 @@
+"""Replication benchmarks (issue 8): each figure next to the single-instance figure of the
+same run, as a ratio. Prints; asserts nothing.
+
+`.venv/bin/python -m bench.bench_replication [--quick] [--messages N] [--catch-up N]`
+
+1. durable publish, 1 KB, one client process: alone, with one sync destination, with one
+   async destination;
+2. persisted-ack latency at a steady 5,000 msg/s: alone and with one sync destination;
+3. replication lag (publish on A -> delivered live on B), async destination, steady rate;
+4. catch-up of an instance that missed N messages, against the origin's own epoch replay.
+
+The machine is shared with other work: read ratios, not absolute rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+from amps.client import Client
+from bench.bench_broker import (
+    LATENCY_RATE_PER_S,
+    TOPIC,
+    _latency,
+    _replay_raw,
+    run_publishers,
+)
+from bench.common import percentile, scrape, temp_instance
+from tests.harness.cluster import Cluster, Link, cluster
+
+LAG_RATE_PER_S = 2_000
+
+
+@contextlib.contextmanager
+def pair(sync: bool) -> Iterator[Cluster]:
+    """Instances a -> b (one destination, sync or async), in a temporary directory."""
+    root = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    running = cluster(root, ["a", "b"])
+    try:
+        running.start({"a": [Link("b", sync=sync)]})
+        yield running
+    finally:
+        running.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def publish_rate(address: str, messages: int, tag: str) -> float:
+    total, seconds, _cpu, _frames = run_publishers(address, 1, messages, tag)
+    return total / seconds
+
+
+def latency_p99_ms(address: str, seconds: float) -> float:
+    latencies = sorted(asyncio.run(_latency(address, seconds, warmup_s=1.0)))
+    return percentile(latencies, 0.99) * 1000
+
+
+async def _lag(source: str, target: str, messages: int) -> list[float]:
+    """Publish on `source` at LAG_RATE_PER_S with the send time inside; receive live on
+    `target`; each message's lag is receive time - send time (one machine, one clock)."""
+    lags: list[float] = []
+    async with Client("bench-lag-sub") as sub, Client("bench-lag-pub") as pub:
+        await sub.connect(target)
+        await pub.connect(source)
+        subscription = await sub.subscribe("lag")
+
+        async def receive() -> None:
+            async for message in subscription:
+                lags.append(time.monotonic() - orjson.loads(message.data)["t"])
+                if len(lags) >= messages:
+                    return
+
+        receiver = asyncio.ensure_future(receive())
+        started = time.monotonic()
+        for index in range(messages):
+            due = started + index / LAG_RATE_PER_S
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await pub.publish("lag", orjson.dumps({"t": time.monotonic(), "pad": "x" * 1000}))
+        await asyncio.wait_for(receiver, 120)
+    return sorted(lags)
+
+
+def catch_up(messages: int) -> None:
+    """b misses `messages` (killed), then restarts: how fast it catches up from a, against
+    a's own epoch replay of the same log (raw stream, deliveries counted)."""
+    with pair(sync=False) as running:
+        a, b = running["a"], running["b"]
+        b.kill()
+        rate_in = publish_rate(a.address, messages, "fill")
+        target = int(scrape(a.admin_port)["amps_journal_last_txid"])
+        restart_started = time.monotonic()
+        b.restart(kill=True)
+        started = time.monotonic()  # b is up: from here on it is catching up
+        restart_s = started - restart_started
+        while int(scrape(b.admin_port)["amps_journal_last_txid"]) < target:
+            time.sleep(0.02)
+        catch_up_s = time.monotonic() - started
+        count, replay_s = asyncio.run(_replay_raw(a.address, target))
+        print(
+            f"catch-up of {target:,} messages: {target / catch_up_s:,.0f} msg/s "
+            f"(from b's ready line; its restart took {restart_s:.1f} s) vs a's epoch replay "
+            f"{count / replay_s:,.0f} msg/s: "
+            f"{(target / catch_up_s) / (count / replay_s):.2f}x (filled at {rate_in:,.0f} msg/s)",
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+    parser.add_argument("--messages", type=int, default=None, help="publishes per rate run")
+    parser.add_argument("--catch-up", type=int, default=None, help="messages b misses")
+    parser.add_argument("--seconds", type=float, default=None, help="latency run length")
+    args = parser.parse_args()
+    messages = args.messages or (20_000 if args.quick else 100_000)
+    missed = args.catch_up or (50_000 if args.quick else 1_000_000)
+    seconds = args.seconds or (3.0 if args.quick else 6.0)
+    print(f"bench_replication: 1 KB JSON, topic {TOPIC!r}; shared machine: read the ratios")
+    with temp_instance("alone") as alone:
+        rate_alone = publish_rate(alone.address, messages, "alone")
+        p99_alone = latency_p99_ms(alone.address, seconds)
+    with pair(sync=True) as running:
+        rate_sync = publish_rate(running["a"].address, messages, "sync")
+        p99_sync = latency_p99_ms(running["a"].address, seconds)
+    with pair(sync=False) as running:
+        rate_async = publish_rate(running["a"].address, messages, "async")
+        lags = asyncio.run(_lag(running["a"].address, running["b"].address, messages // 2))
+    print(
+        f"durable publish, 1 client: alone {rate_alone:,.0f} msg/s; one sync destination "
+        f"{rate_sync:,.0f} msg/s ({rate_sync / rate_alone:.2f}x); one async destination "
+        f"{rate_async:,.0f} msg/s ({rate_async / rate_alone:.2f}x)",
+        flush=True,
+    )
+    print(
+        f"persisted-ack p99 at {LATENCY_RATE_PER_S:,} msg/s: alone {p99_alone:.2f} ms; one sync "
+        f"destination {p99_sync:.2f} ms ({p99_sync / p99_alone:.2f}x)",
+        flush=True,
+    )
+    lag_ms = [percentile(lags, f) * 1000 for f in (0.5, 0.99, 1.0)]
+    print(
+        f"replication lag (publish on a -> live delivery on b, async) at {LAG_RATE_PER_S:,} "
+        f"msg/s over {len(lags):,}: p50 {lag_ms[0]:.1f} ms, p99 {lag_ms[1]:.1f} ms, "
+        f"max {lag_ms[2]:.1f} ms",
+        flush=True,
+    )
+    catch_up(missed)
+
+
+if __name__ == "__main__":
+    main()
