@@ -23,6 +23,7 @@ from pathlib import Path
 from amps.errors import JournalError
 from amps.log import codec
 from amps.log.bookmarks import BookmarkSpec
+from amps.log.compressed import COMPRESSED_SUFFIX, compress_segment
 from amps.log.dedup import PublisherMarks
 from amps.log.lookup import find_start
 from amps.log.marks_file import read_marks, write_marks
@@ -30,7 +31,13 @@ from amps.log.reader import Segment, SegmentReader
 from amps.log.records import PublishRecord, Record
 from amps.log.recovery import TailScan, check_sealed, plan_recovery
 from amps.log.retention import SegmentState
-from amps.log.segment_files import copy_to_archive, list_segments, remove_segment_files
+from amps.log.segment_files import (
+    compressed_summary,
+    copy_to_archive,
+    list_segments,
+    remove_file,
+    remove_segment_files,
+)
 from amps.log.segments import SegmentBuilder, SegmentSummary, segment_name
 from amps.log.storage import (
     Rotate,
@@ -125,6 +132,7 @@ class Journal:
         # Archived segments stay part of the log, read from here (JournalArchiveDirectory).
         self.archive_directory = archive_directory
         self._archived: set[int] = set()
+        self._compressed: set[int] = set()  # read through amps.log.compressed
         # The marks of removed segments (clients.ack), kept so dedup survives removal (L4).
         self.retired_marks = PublisherMarks()
         self.segment_size_bytes = segment_size_bytes
@@ -208,10 +216,14 @@ class Journal:
         # directory's copy stays the one in use until a later archive completes the move.
         self._archived = set(archived) - set(local)
         named = sorted({**archived, **local}.items())
+        self._compressed = {f for f, path in named if path.name.endswith(COMPRESSED_SUFFIX)}
         sealed: list[tuple[str, SegmentSummary]] = []
         tail: TailScan | None = None
         tail_builder: SegmentBuilder | None = None
         for i, (first, path) in enumerate(named):
+            if first in self._compressed:
+                sealed.append((path.name, compressed_summary(path, first)))
+                continue
             size = path.stat().st_size
             summary = load_summary(path.parent, first, size)
             if summary is not None:
@@ -517,17 +529,21 @@ class Journal:
     # ----------------------------------------------------------------------------- lifecycle
 
     def segment_path(self, first_txid: int) -> Path:
-        """Where the segment starting at `first_txid` is: the journal or the archive directory."""
+        """The file of the segment starting at `first_txid`: in the journal or the archive
+        directory, plain or compressed."""
+        name = segment_name(first_txid)
+        if first_txid in self._compressed:
+            name += COMPRESSED_SUFFIX
         if first_txid in self._archived:
             assert self.archive_directory is not None
-            return self.archive_directory / segment_name(first_txid)
-        return self.directory / segment_name(first_txid)
+            return self.archive_directory / name
+        return self.directory / name
 
     def segment_states(self) -> list[SegmentState]:
         """Every segment, oldest first (the last one active), as the lifecycle sees it."""
         return [
             SegmentState(s.first_txid, s.last_txid, s.last_timestamp_us, s.size_bytes,
-                         s.first_txid in self._archived)
+                         s.first_txid in self._archived, s.first_txid in self._compressed)
             for s in self.segments()
         ]  # fmt: skip
 
@@ -548,6 +564,7 @@ class Journal:
         del self._sealed[:count]
         self.first_txid = (self._sealed[0] if self._sealed else self._active).first_txid
         self._archived.difference_update(first_txids)
+        self._compressed.difference_update(first_txids)
         await asyncio.to_thread(remove_segment_files, paths)
 
     async def archive_segments(self, first_txids: list[int]) -> None:
@@ -562,9 +579,22 @@ class Journal:
             if first in self._archived:
                 continue
             source = self.segment_path(first)
-            await asyncio.to_thread(copy_to_archive, self.directory, self.archive_directory, first)
+            await asyncio.to_thread(copy_to_archive, source, self.archive_directory, first)
             self._archived.add(first)
             await asyncio.to_thread(remove_segment_files, [source])
+
+    async def compress_segments(self, first_txids: list[int]) -> None:
+        """Compress sealed segments where they are, one at a time; they stay readable."""
+        self._check_writable()
+        sealed = {s.first_txid for s in self._sealed}
+        for first in first_txids:
+            assert first in sealed, first
+            if first in self._compressed:
+                continue
+            source = self.segment_path(first)
+            await asyncio.to_thread(compress_segment, source)
+            self._compressed.add(first)
+            await asyncio.to_thread(remove_file, source)
 
     async def _retire_marks(self, summaries: list[SegmentSummary]) -> None:
         """Merge the publishers' marks of `summaries` into clients.ack (durably) first."""

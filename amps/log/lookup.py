@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from amps.errors import InvalidBookmark
 from amps.log.bookmarks import AtBookmark, AtTimestamp, BookmarkList, BookmarkSpec, Epoch, Now
+from amps.log.compressed import COMPRESSED_SUFFIX, CompressedSegment
 from amps.log.reader import Segment
 from amps.log.storage import iter_keys
 
@@ -55,13 +56,18 @@ def _keys(journal: Journal, segment: Segment, offset: int) -> Iterator[tuple[int
     durable = journal.durable_txid
     last = 0
     if segment.first_txid <= durable:
-        for _off, _size, txid, ts, pub, seq in iter_keys(
-            journal.segment_path(segment.first_txid), offset
-        ):
-            yield txid, ts, pub, seq
-            last = txid
-            if txid >= min(durable, segment.last_txid):
-                break
+        path = journal.segment_path(segment.first_txid)
+        compressed = CompressedSegment(path) if path.name.endswith(COMPRESSED_SUFFIX) else None
+        try:
+            pread = compressed.pread if compressed is not None else None
+            for _off, _size, txid, ts, pub, seq in iter_keys(path, offset, pread=pread):
+                yield txid, ts, pub, seq
+                last = txid
+                if txid >= min(durable, segment.last_txid):
+                    break
+        finally:
+            if compressed is not None:
+                compressed.close()
     if segment.last_txid > durable:
         for txid, ts, pub, seq in journal.pending_keys():
             if txid > last and segment.first_txid <= txid <= segment.last_txid:

@@ -9,7 +9,6 @@ checked exactly as `codec.decode` checks them (magic, length, CRC32C); damage ra
 
 from __future__ import annotations
 
-import os
 import struct
 from bisect import bisect_right
 from typing import TYPE_CHECKING
@@ -52,7 +51,7 @@ class RawReader:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self._files = SegmentFiles(journal.segment_path, MAX_OPEN_FILES)
-        self._fd = self._files.fd
+        self._file = self._files.file
 
     def close(self) -> None:
         self._files.close()
@@ -90,10 +89,10 @@ class RawReader:
         offset = segment.index_offsets[j]
         average = segment.size_bytes // max(1, segment.record_count)
         size = max(MIN_READ_BYTES, (last_txid - segment.index_txids[j] + 2) * average)
-        fd = self._fd(segment.first_txid)
+        pread = self._file(segment.first_txid).pread
         txid = from_txid
         while txid <= last_txid:
-            chunk = os.pread(fd, size, offset)
+            chunk = pread(size, offset)
             try:
                 consumed, txid = _scan(chunk, txid, last_txid, out)
             except CorruptRecord as exc:

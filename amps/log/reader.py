@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
 
 from amps.errors import CorruptRecord
 from amps.log import codec
+from amps.log.compressed import COMPRESSED_SUFFIX, CompressedSegment, PlainSegment
 from amps.log.records import PublishRecord, Record
 from amps.log.segments import SegmentBuilder, SegmentSummary, segment_name
 
 __all__ = ["Segment", "SegmentFiles", "SegmentReader"]
 
 Segment = SegmentSummary | SegmentBuilder
+SegmentFile = PlainSegment | CompressedSegment
 MIN_READ_BYTES = 256 * 1024
 
 
@@ -38,27 +39,30 @@ MAX_OPEN_FILES = 16
 
 
 class SegmentFiles:
-    """Read-only descriptors of at most `max_open` segments, the oldest opened closed first."""
+    """Open segments (at most `max_open`, the oldest opened closed first), plain or compressed:
+    each is read with `pread(size, offset)` over its uncompressed bytes."""
 
     def __init__(self, path_of: Callable[[int], Path], max_open: int) -> None:
         self.path_of = path_of  # first txid -> file (the journal or the archive directory)
         self.max_open = max_open
-        self._fds: dict[int, int] = {}
+        self._files: dict[int, SegmentFile] = {}
 
-    def fd(self, first_txid: int) -> int:
-        """The descriptor of the segment starting at first_txid (opened on first use)."""
-        fd = self._fds.get(first_txid)
-        if fd is None:
-            if len(self._fds) >= self.max_open:
-                os.close(self._fds.pop(next(iter(self._fds))))
-            fd = os.open(self.path_of(first_txid), os.O_RDONLY)
-            self._fds[first_txid] = fd
-        return fd
+    def file(self, first_txid: int) -> SegmentFile:
+        """The segment starting at first_txid (opened on first use)."""
+        found = self._files.get(first_txid)
+        if found is None:
+            if len(self._files) >= self.max_open:
+                self._files.pop(next(iter(self._files))).close()
+            path = self.path_of(first_txid)
+            compressed = path.name.endswith(COMPRESSED_SUFFIX)
+            found = CompressedSegment(path) if compressed else PlainSegment(path)
+            self._files[first_txid] = found
+        return found
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        for found in self._files.values():
+            found.close()
+        self._files.clear()
 
 
 class SegmentReader:
@@ -66,7 +70,7 @@ class SegmentReader:
 
     def __init__(self, path_of: Callable[[int], Path]) -> None:
         self._files = SegmentFiles(path_of, MAX_OPEN_FILES)
-        self._fd = self._files.fd
+        self._file = self._files.file
 
     def read(
         self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int
@@ -94,9 +98,9 @@ class SegmentReader:
         left = skip + want
         average = segment.size_bytes // max(1, segment.record_count)
         size = max(MIN_READ_BYTES, left * average + average)
-        fd = self._fd(segment.first_txid)
+        pread = self._file(segment.first_txid).pread
         while left > 0:
-            chunk = os.pread(fd, size, offset)
+            chunk = pread(size, offset)
             try:
                 records, consumed = codec.decode(chunk, 0, len(chunk), left)
             except CorruptRecord as exc:
@@ -153,10 +157,10 @@ class SegmentReader:
         records = min(upper_txid - from_txid + 1, max_records - len(out))
         wanted = min(records * average, budget + average)  # what the budget lets be read
         size = max(MIN_READ_BYTES, skip * average + wanted + average)
-        fd = self._fd(segment.first_txid)
+        pread = self._file(segment.first_txid).pread
         txid = from_txid
         while txid <= upper_txid and len(out) < max_records and budget > 0:
-            chunk = os.pread(fd, size, offset)
+            chunk = pread(size, offset)
             try:
                 consumed, txid, budget = codec.decode_publishes(
                     chunk, 0, len(chunk), txid, upper_txid, max_records - len(out), out, budget

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import struct
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import google_crc32c
@@ -58,7 +59,11 @@ def _chunks(path: Path, offset: int = 0) -> Iterator[tuple[int, bytes]]:
 
 
 def iter_keys(
-    path: Path, offset: int = 0, *, controls: bool = False
+    path: Path,
+    offset: int = 0,
+    *,
+    controls: bool = False,
+    pread: Callable[[int, int], bytes] | None = None,
 ) -> Iterator[tuple[int, int, int, int, int, int]]:
     """(offset, size, txid, timestamp_us, publisher_id, seq) of each valid record, in file order;
     with `controls`, control frames too, as (offset, size, -1, 0, 0, 0).
@@ -67,10 +72,11 @@ def iter_keys(
     at damage. publisher_id and seq are 0 for records other than publishes.
     """
     with path.open("rb", buffering=0) as f:
+        read = pread or partial(os.pread, f.fileno())  # pread: a compressed segment's reader
         pos = offset
         size = SCAN_CHUNK_BYTES
         while True:
-            buf = os.pread(f.fileno(), size, pos)
+            buf = read(size, pos)
             try:
                 off = yield from _keys_in_chunk(buf, pos, controls)
                 if len(buf) < size:  # end of file: what is left must be a frame's beginning

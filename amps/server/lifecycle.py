@@ -83,8 +83,6 @@ class JournalLifecycle:
         journal = self.journal
         if action == "archive" and journal.archive_directory is None:
             raise JournalError("archive: no TransactionLog/JournalArchiveDirectory configured")
-        if action == "compress":
-            raise JournalError("compress: compressed journals are not supported yet")
         async with self._lock:
             selection = select_segments(
                 action,
@@ -100,8 +98,10 @@ class JournalLifecycle:
                     await journal.remove_segments(firsts)
                 self.statistics.held_segments = selection.held_by()
                 self._note_held(selection)
-            elif firsts:
+            elif firsts and action == "archive":
                 await journal.archive_segments(firsts)
+            elif firsts:
+                await journal.compress_segments(firsts)
         self._count(action, selection)
         return selection
 

@@ -16,7 +16,7 @@ import grpc
 import orjson
 
 from amps.client import Client
-from amps.log.segments import parse_segment_name
+from amps.log.segment_files import first_txid_of
 from amps.v1 import client_pb2 as pb
 from tests.harness.instance import InstanceProcess, config_xml
 from tests.harness.streams import take
@@ -63,9 +63,8 @@ async def eventually(check: Callable[[], bool], timeout_s: float = 20.0) -> None
 
 
 def segment_files(directory: Path) -> list[int]:
-    return sorted(
-        first for p in directory.glob("*.journal") if (first := parse_segment_name(p.name))
-    )
+    """First txids of the segments in `directory`, plain or compressed."""
+    return sorted(first for p in directory.glob("*.journal*") if (first := first_txid_of(p.name)))
 
 
 async def publish(address: str, first_seq: int, count: int, name: str = "pub") -> None:
@@ -142,8 +141,8 @@ async def test_removal_waits_for_the_queue_and_keeps_duplicates_out(tmp_path: Pa
         instance.kill()
 
 
-async def test_archived_journals_replay_and_dump(tmp_path: Path) -> None:
-    """§1.4: archived journals move to JournalArchiveDirectory and remain replayable: an epoch
+async def test_compressed_and_archived_journals_replay_and_dump(tmp_path: Path) -> None:
+    """§1.4: compressed journals move to JournalArchiveDirectory and remain replayable: an epoch
     bookmark subscription and `amps journal dump --archive-directory` read them."""
     workdir = tmp_path / "amps"
     text = config_xml(journal_size="64KB", topics=TOPICS)
@@ -151,6 +150,10 @@ async def test_archived_journals_replay_and_dump(tmp_path: Path) -> None:
     try:
         await publish(instance.address, 1, 200)
         server = f"127.0.0.1:{instance.admin_port}"
+        packed = amps_cli("admin", "journal", "compress", "all", "--server", server)
+        assert packed.returncode == 0, packed.stderr
+        assert packed.stdout.startswith("compressed ")
+        assert list((workdir / "journal").glob("*.journal.z"))
         done = amps_cli("admin", "journal", "archive", "all", "--server", server)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("archived ")

@@ -9,6 +9,7 @@ import pytest
 
 from amps.errors import CorruptRecord
 from amps.log.bookmarks import AtBookmark, Bookmark
+from amps.log.compressed import COMPRESSED_SUFFIX
 from amps.log.journal import Journal
 from amps.log.marks_file import MARKS_FILE_NAME
 from amps.log.raw import RawReader
@@ -144,3 +145,53 @@ async def test_a_segment_left_in_both_places_by_a_crash_is_read_from_the_journal
     assert not (directory / segment_name(first)).exists()
     assert [r.txid for r in reopened.read(1, 1000)] == list(range(1, 201))
     await reopened.close()
+
+
+async def test_compressed_segments_read_as_before(tmp_path: Path) -> None:
+    """§1.4: a compressed journal is still read, by every reader, and after a reopen; it can be
+    archived and removed like any other."""
+    directory, archive = tmp_path / "journal", tmp_path / "archive"
+    journal = await _filled(directory, archive)
+    firsts = _oldest(journal, 3)
+    plain_bytes = sum((directory / segment_name(f)).stat().st_size for f in firsts)
+    await journal.compress_segments(firsts)
+    packed = [directory / (segment_name(f) + COMPRESSED_SUFFIX) for f in firsts]
+    assert all(p.exists() for p in packed)
+    assert not any((directory / segment_name(f)).exists() for f in firsts)
+    assert sum(p.stat().st_size for p in packed) < plain_bytes / 4
+    assert [s.compressed for s in journal.segment_states()][:4] == [True, True, True, False]
+    assert [r.txid for r in journal.read(1, 1000)] == list(range(1, 201))
+    reader = RawReader(journal)
+    publishes, _reached = reader.read(1, 200, 1000)
+    reader.close()
+    assert [p[7] for p in publishes] == [r.data for r in journal.read(1, 1000)]  # type: ignore[attr-defined]
+    assert journal.find_start(AtBookmark(Bookmark(OLD_PUBLISHER, 10))) == 11
+    await journal.archive_segments(firsts[:1])
+    assert (archive / (segment_name(firsts[0]) + COMPRESSED_SUFFIX)).exists()
+    await journal.close()
+
+    reopened = _open(directory, archive)
+    assert [r.txid for r in reopened.read(1, 1000)] == list(range(1, 201))
+    await reopened.remove_segments(firsts[:2])
+    assert not (archive / (segment_name(firsts[0]) + COMPRESSED_SUFFIX)).exists()
+    assert not (directory / (segment_name(firsts[1]) + COMPRESSED_SUFFIX)).exists()
+    assert reopened.read(1, 1)[0].txid == firsts[2]
+    await reopened.close()
+
+
+async def test_damage_in_a_compressed_segment_is_named(tmp_path: Path) -> None:
+    journal = await _filled(tmp_path)
+    first = _oldest(journal, 1)[0]
+    await journal.compress_segments([first])
+    await journal.close()
+    path = tmp_path / (segment_name(first) + COMPRESSED_SUFFIX)
+    data = bytearray(path.read_bytes())
+    data[-20] ^= 0xFF  # inside the last compressed block
+    path.write_bytes(bytes(data))
+    reopened = _open(tmp_path, read_only=True)
+    with pytest.raises(CorruptRecord, match=path.name):
+        reopened.read(1, 1000)
+    reopened.close_read_only()
+    (tmp_path / summary_name(first)).unlink()
+    with pytest.raises(CorruptRecord, match="no valid summary"):
+        _open(tmp_path, read_only=True)
