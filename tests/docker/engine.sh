@@ -126,11 +126,13 @@ up() {
 }
 
 down() {
-    if [ -f "$ROOT/docker.pid" ] && kill -0 "$(cat "$ROOT/docker.pid")" 2>/dev/null; then
-        say "stopping dockerd $(cat "$ROOT/docker.pid")"
-        kill "$(cat "$ROOT/docker.pid")"
+    local pid
+    pid=$(cat "$ROOT/docker.pid" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        say "stopping dockerd $pid"
+        kill "$pid"
         for _ in $(seq 30); do
-            kill -0 "$(cat "$ROOT/docker.pid")" 2>/dev/null || break
+            kill -0 "$pid" 2>/dev/null || break
             sleep 1
         done
     else
