@@ -185,6 +185,7 @@ class Client:
         # instance); the leases themselves died with the stream (§7.2, Q6).
         self._acks.on_connection_lost()
         self._subs.on_connection_lost()
+        self._resume_refused.clear()  # each new stream gets the whole resume_timeout_s
         if self._state == "closed":
             return
         if isinstance(error, NameInUse) or not self._reconnect:

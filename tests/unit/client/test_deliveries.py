@@ -49,6 +49,10 @@ class Harness:
     def __init__(self, **options: object) -> None:
         self.client = Client("c", **options)  # type: ignore[arg-type]
         self.client._state = "connected"
+        self.conn = self.new_connection()
+
+    def new_connection(self) -> Connection:
+        """A new stream for the client (never opened)."""
         self.conn = Connection(
             "127.0.0.1:1",
             flush_interval_s=0.001,
@@ -57,6 +61,7 @@ class Harness:
             on_lost=self.client._on_lost,
         )
         self.client._conn = self.conn
+        return self.conn
 
     def subscription(
         self, sub_id: str = QUEUE_SUB, *, backlog: int | None = 9, bookmark: str | None = None
@@ -303,15 +308,7 @@ def reconnect(h: Harness) -> None:
     h.client._state = "closed"  # no reconnect task: the test plays the logon itself
     h.client._on_lost(h.conn, ConnectionBroken("gone"))
     h.client._state = "connected"
-    h.conn = Connection(
-        "127.0.0.1:2",
-        flush_interval_s=0.001,
-        max_frame_commands=500,
-        on_messages=h.client._on_messages,
-        on_lost=h.client._on_lost,
-    )
-    h.client._conn = h.conn
-    h.client._acks.on_logon(h.conn)
+    h.client._acks.on_logon(h.new_connection())
 
 
 async def test_acks_while_disconnected_are_kept_and_sent_after_the_logon() -> None:
