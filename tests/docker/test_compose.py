@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,6 +43,21 @@ class Cluster:
             return {}
         active = body["data"]["activeTargets"]
         return {t["labels"]["instance"].split(":")[0]: t["health"] for t in active}
+
+    def query(self, expression: str) -> dict[str, float]:
+        """A Prometheus instant query: scraped instance (host) -> value."""
+        url = f"http://127.0.0.1:{self.prometheus_port}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": expression}
+        )
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                body = json.load(response)
+        except OSError:
+            return {}
+        return {
+            r["metric"]["instance"].split(":")[0]: float(r["value"][1])
+            for r in body["data"]["result"]
+        }
 
     def wait_healthy(self, *instances: str) -> None:
         for instance in instances:
@@ -125,25 +141,46 @@ def test_a_killed_instance_restarts_with_its_journal_and_prometheus_sees_it(
     cluster: Cluster,
 ) -> None:
     """docker kill (SIGKILL) then docker start: the journal in the named volume keeps every
-    persisted message (L8), and Prometheus shows the target down and up again."""
+    persisted message (L8); Prometheus shows the target down and up again, and the others'
+    replication series show the destination disconnected, then connected and caught up (R10)."""
     address = cluster.address("amps-2")
     asyncio.run(publish(address, "compose-kill", range(50)))
     container = cluster.compose.container("amps-2")
+    connected = 'amps_replication_connected{destination="amps-2"}'
+    behind = 'amps_replication_behind_messages{destination="amps-2"}'
+    others = {"amps-1", "amps-3"}
     run(["docker", "kill", container])
     wait_for(lambda: cluster.targets().get("amps-2") == "down", "amps-2 down", SCRAPED_WITHIN_S)
+    wait_for(
+        lambda: cluster.query(connected) == dict.fromkeys(others, 0.0),
+        "amps-1 and amps-3 see amps-2 disconnected",
+        SCRAPED_WITHIN_S,
+    )
+    # Traffic while it is down, for it to catch up on.
+    asyncio.run(publish(cluster.address("amps-1"), "compose-while-down", range(30)))
     run(["docker", "start", container])
     cluster.wait_healthy("amps-2")
     assert asyncio.run(replay(address, "compose-kill", 50)) == list(range(50))
+    assert asyncio.run(replay(address, "compose-while-down", 30)) == list(range(30))
     wait_for(lambda: cluster.targets().get("amps-2") == "up", "amps-2 up again", SCRAPED_WITHIN_S)
+    wait_for(
+        lambda: (
+            cluster.query(connected) == dict.fromkeys(others, 1.0)
+            and cluster.query(behind) == dict.fromkeys(others, 0.0)
+        ),
+        "amps-2 connected and caught up in the others' replication series",
+        SCRAPED_WITHIN_S,
+    )
 
 
-def test_docker_kill_under_a_failover_publisher_loses_and_duplicates_nothing(
+def test_docker_kill_under_a_failover_publisher_and_subscriber_loses_and_duplicates_nothing(
     cluster: Cluster,
 ) -> None:
-    """D3: a publisher given all three addresses publishes through amps-1; amps-1 is killed
-    mid-stream; the publisher goes on through amps-2 and republishes what was not persisted.
-    amps-1's `docker start` lets the held sync acks go (L2) and it catches up (R10): every
-    instance then holds every message once, in order."""
+    """D3: a publisher and a subscriber given all three addresses both use amps-1; amps-1 is
+    killed mid-stream. The publisher goes on through amps-2 and republishes what was not
+    persisted; the subscriber resumes there after the last bookmark it was handed. `docker
+    start` brings amps-1 back to catch up (R10): every instance, and the subscriber, then hold
+    every message once, in order."""
     total = 600
     addresses = [cluster.address(instance) for instance in INSTANCES]
     victim = cluster.compose.container("amps-1")
@@ -160,7 +197,19 @@ def test_docker_kill_under_a_failover_publisher_loses_and_duplicates_nothing(
                     await asyncio.to_thread(run, ["docker", "start", victim])
             await client.flush(120)
 
-    asyncio.run(run_publisher())
+    async def run_subscriber() -> list[int]:
+        async with Client("compose-failover-subscriber") as client:
+            await client.connect(addresses)
+            subscription = await client.subscribe("compose-failover", bookmark="epoch")
+            messages = await take(subscription, total, 180) + await more_within(subscription, 1)
+            return [message.json()["n"] for message in messages]
+
+    async def both() -> list[int]:
+        received, _ = await asyncio.gather(run_subscriber(), run_publisher())
+        return received
+
+    received = asyncio.run(both())
+    assert_clean(check((("f", n) for n in received), {"f": total}), "the failover subscriber")
     cluster.wait_healthy("amps-1")
     for instance in INSTANCES:
         numbers = asyncio.run(replay_numbers(cluster.address(instance), "compose-failover", total))
