@@ -19,7 +19,8 @@ import pytest
 from amps.client import Client, Message
 from tests.cluster.checker import assert_clean, check
 from tests.cluster.test_replication import TIMEOUT_S, read_all
-from tests.harness.cluster import Cluster, Link, cluster, full_mesh
+from tests.cluster.test_sync import ACTIONS
+from tests.harness.cluster import Cluster, cluster, full_mesh
 from tests.harness.streams import more_within, take
 
 NAMES = ["a", "b", "c"]
@@ -30,13 +31,10 @@ TOTAL = 400
 
 @pytest.fixture
 def mesh(tmp_path: Path) -> Iterator[Cluster]:
-    """A full mesh where a's destinations are sync (a acknowledges a publish once b and c hold
-    it) and the links back to a are async: the survivors keep acknowledging while a is dead,
-    as a downgrade would have them do, without waiting for its age."""
-    links = full_mesh(NAMES)
-    links["b"] = [Link("a", sync=False), Link("c")]
-    links["c"] = [Link("a", sync=False), Link("b")]
-    running = cluster(tmp_path, NAMES).start(links)
+    """A full mesh of sync links with downgrade and upgrade actions, as `make cluster` has
+    (shorter here: every 100 ms, age 500 ms): a survivor keeps acknowledging once the dead
+    instance is downgraded."""
+    running = cluster(tmp_path, NAMES).start(full_mesh(NAMES), dict.fromkeys(NAMES, ACTIONS))
     try:
         yield running
     finally:
@@ -70,6 +68,7 @@ async def test_a_publisher_and_a_subscriber_fail_over_when_their_instance_is_kil
             await writer.publish("orders", orjson.dumps({"p": "fo-pub", "n": n}))
             if n == BEFORE:  # with publishes in flight and the subscriber mid-stream
                 await asyncio.to_thread(a.kill)
+        # L2: b holds the publisher's persisted acks until it downgrades the dead a.
         await writer.flush(TIMEOUT_S)
         assert writer.statistics().connected_server == b.address
         seen += numbered(await reading)
