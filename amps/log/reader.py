@@ -11,6 +11,7 @@ from amps.log import codec
 from amps.log.compressed import COMPRESSED_SUFFIX, CompressedSegment, PlainSegment
 from amps.log.records import PublishRecord, Record
 from amps.log.segments import SegmentBuilder, SegmentSummary, segment_name
+from amps.log.storage import valid_frames_after
 
 __all__ = ["Segment", "SegmentFiles", "SegmentReader"]
 
@@ -138,17 +139,24 @@ class SegmentReader:
                 i += 1
                 continue
             upper = min(upper_txid, segment.last_txid)
-            txid, budget = self._read_segment_publishes(
+            txid, budget, damaged = self._read_segment_publishes(
                 segment, txid, upper, max_records, budget, out
             )
+            if damaged:
+                break  # what came before the damage; a read that asks for it next raises
         return out
 
     def _read_segment_publishes(
         self, segment: Segment, from_txid: int, upper_txid: int, max_records: int, budget: int,
         out: list[PublishRecord],
-    ) -> tuple[int, int]:  # fmt: skip
-        """Read publishes from_txid..upper_txid of one segment into `out`; the next txid and
-        the budget left."""
+    ) -> tuple[int, int, bool]:  # fmt: skip
+        """Read publishes from_txid..upper_txid of one segment into `out`; the next txid, the
+        budget left, and whether damage stopped the read after some of them.
+
+        Damage before from_txid (between the index entry the read starts at and from_txid) is
+        stepped over: the read goes on at the first valid record after it, if that is not
+        after from_txid. Damage at from_txid raises CorruptRecord.
+        """
         j = bisect_right(segment.index_txids, from_txid) - 1
         assert j >= 0, (segment.first_txid, from_txid)
         offset = segment.index_offsets[j]
@@ -161,19 +169,41 @@ class SegmentReader:
         txid = from_txid
         while txid <= upper_txid and len(out) < max_records and budget > 0:
             chunk = pread(size, offset)
+            before = len(out)
             try:
                 consumed, txid, budget = codec.decode_publishes(
                     chunk, 0, len(chunk), txid, upper_txid, max_records - len(out), out, budget
                 )
+                if not consumed and len(chunk) < size:
+                    # Stopped at a frame whose txid is past the range: a damaged txid field
+                    # reads so too; the checksum tells.
+                    codec.frame_length(chunk, 0, len(chunk))
             except CorruptRecord as exc:
-                raise located(exc, segment.first_txid, offset) from None
+                error = located(exc, segment.first_txid, offset)
+                if len(out) > before or txid > from_txid:
+                    return txid, budget, True
+                resumed = self._resume_after(segment, error.offset)
+                if resumed is None or resumed[1] > from_txid:
+                    raise error from None
+                offset = resumed[0]
+                continue
             if not consumed:
                 if len(chunk) < size:
                     raise ends_before(segment.first_txid, upper_txid, offset)
                 size *= 2  # one frame longer than the read
                 continue
             offset += consumed
-        return txid, budget
+        return txid, budget, False
+
+    def _resume_after(self, segment: Segment, damage_offset: int) -> tuple[int, int] | None:
+        """(offset, txid) of the first valid record after damage in a segment, or None."""
+        path = self.directory / segment_name(segment.first_txid)
+        if not path.exists():
+            return None  # a compressed segment: its blocks are read whole or not at all
+        for offset, item in valid_frames_after(path, damage_offset, path.stat().st_size):
+            if not isinstance(item, codec.Control):
+                return offset, item.txid
+        return None
 
     def close(self) -> None:
         self._files.close()

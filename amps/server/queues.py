@@ -499,11 +499,14 @@ class QueueDriver:
         lease_us = 0
         # An at-most-once message is removed before it is sent: no removal will collect it.
         delivered_us = None if self.engine.policy.at_most_once else self.delivered_us
+        damaged: list[int] = []
         for action in actions:
             txid = action.txid
             record = cached(txid) or cache.get(txid)
             if record is None:
-                if not cache.is_unreadable(txid):  # damage is reported once, by the cache
+                if cache.is_unreadable(txid):  # damage is reported once, by the cache
+                    damaged.append(txid)
+                else:
                     log.error("queue %s: message txid %d is not in the journal", self.name, txid)
                 continue
             correlation_id = record.correlation_id
@@ -563,6 +566,36 @@ class QueueDriver:
             elif entries:
                 session.send_entries(entries)
         self.instance.statistics.delivered += sent
+        if damaged:
+            # Out of this step: the removal frees backlog, which starts deliveries of its own.
+            asyncio.get_running_loop().call_soon(self._remove_damaged, damaged)
+
+    def _remove_damaged(self, txids: list[int]) -> None:
+        """Messages whose journal record is damaged cannot be sent to anyone: they leave the
+        queue as expired (forced), recorded with the reason, instead of being leased again and
+        again and holding a subscription's backlog each time (issue 11)."""
+        now_ms = self.instance.now_ms()
+        actions = self.engine.remove_recovered(
+            txids, RemovalReason.EXPIRED, ExpireReason.FORCED_EXPIRE, now_ms
+        )
+        self.instance.append_record(
+            QueueRecord(
+                txid=0,
+                timestamp_us=self.instance.wall_us(),
+                queue=self.name,
+                action=QueueAction.EXPIRE,
+                txids=tuple(txids),
+                reason="damaged journal record",
+            ),
+            soon=True,
+        )
+        log.error(
+            "queue %s: %d message(s) removed, their journal records are damaged (txids %s)",
+            self.name,
+            len(txids),
+            ", ".join(map(str, txids[:10])) + (", ..." if len(txids) > 10 else ""),
+        )
+        self.run(actions, now_ms)  # deliveries the freed backlog allows (their records too)
 
     def _target(self, key: str, out: dict[Session, list[bytes]]) -> _Target | None:
         """Where one step's deliveries to subscription `key` go; None if it is gone."""

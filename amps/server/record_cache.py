@@ -131,16 +131,12 @@ class RecordCache:
         return None
 
     def _read_around_damage(self, txid: int, error: CorruptRecord) -> list[PublishRecord]:
-        """The read-ahead met damage: report it, and read `txid` alone (the damage may lie
-        after it). A txid that cannot be read is remembered: None from now on, no new read."""
+        """`txid` itself lies in damage (a read stops before damage further on, and steps over
+        damage before it): report it once, and remember the txid so that a delivery retried
+        later gets None without reading the journal again."""
         if self._on_damage is not None:
             self._on_damage(error, "a queue delivery (record cache miss)")
-        try:
-            return self._journal.read_publishes(txid, txid, 1, self.read_ahead_bytes)
-        except CorruptRecord as exc:
-            if self._on_damage is not None:
-                self._on_damage(exc, "a queue delivery (record cache miss)")
-            if len(self._unreadable) >= MAX_UNREADABLE:
-                self._unreadable.clear()
-            self._unreadable.add(txid)
-            return []
+        if len(self._unreadable) >= MAX_UNREADABLE:
+            self._unreadable.clear()
+        self._unreadable.add(txid)
+        return []

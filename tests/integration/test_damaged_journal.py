@@ -179,3 +179,41 @@ async def test_a_garbage_queue_store_is_set_aside_and_rebuilt_from_the_log(
         assert sorted(m.json()["id"] for m in messages) == list(range(1, 21))
     finally:
         instance.kill()
+
+
+async def test_a_queue_message_with_a_damaged_record_leaves_the_queue(tmp_path: Path) -> None:
+    """Issue 11 item 1: a queued message whose record is damaged (met by a delivery after a
+    restart from a snapshot) cannot be sent: it is reported, removed as expired, and never
+    holds a backlog-1 consumer up; every other message is delivered, before and after it."""
+    config = config_xml(extra=QUEUE.replace("20</MaxPer", "1</MaxPer"))
+    instance = InstanceProcess(tmp_path / "amps", config).start()
+    try:
+        await _publish(instance, "orders", 20)
+    finally:
+        instance.stop()
+    (segment,) = _segments(instance)
+    offsets = {txid: offset for offset, _size, txid, *_ in iter_keys(segment)}
+    data = bytearray(segment.read_bytes())
+    data[offsets[5] + 40] ^= 0xFF  # message 5; the tail checkpoint keeps it unread at open
+    segment.write_bytes(bytes(data))
+    instance.start()
+    try:
+        async with Client("damage-consumer") as client:
+            await client.connect(instance.address)
+            subscription = await client.subscribe("work", max_backlog=1)
+            ids = []
+            for _ in range(19):  # each one acked: backlog 1 holds the next until then
+                (message,) = await take(subscription, 1, timeout_s=20)
+                ids.append(message.json()["id"])
+                await message.ack()
+        assert ids == [i for i in range(1, 21) if i != 5]
+        output = "".join(instance.output)
+        assert "removed, their journal records are damaged (txids 5)" in output
+        assert output.count("damaged journal record met by") == 1
+    finally:
+        instance.stop()
+    instance.start()
+    try:
+        assert "damaged journal record met by" not in "".join(instance.output)
+    finally:
+        instance.kill()

@@ -13,6 +13,7 @@ from amps.log import codec
 from amps.log.journal import Journal
 from amps.log.records import PublishRecord, QueueAction, QueueRecord
 from amps.log.segments import segment_name
+from amps.log.storage import iter_keys
 from tests.harness.journals import SEGMENT_SIZE_BYTES, mixed_journal
 
 
@@ -105,16 +106,27 @@ def test_decode_publishes_damage_is_corrupt_record(position: int) -> None:
 
 
 async def test_damage_names_the_segment_and_offset(tmp_path: Path) -> None:
+    """A read that reaches damage returns what came before it; a read of a damaged record
+    raises CorruptRecord naming the segment and offset; a read that starts after the damage
+    (from the index entry before it) steps over it (issue 11)."""
     journal = await mixed_journal(tmp_path, 40)
+    expected = _read(journal, 1, 40, 1_000)
     await journal.close()
     segment = tmp_path / segment_name(1)
+    keys = [(offset, txid) for offset, _size, txid, *_ in iter_keys(segment)]
+    damaged_offset, damaged_txid = next((o, t) for o, t in keys if o > 300)
     raw = bytearray(segment.read_bytes())
-    raw[300] ^= 0xFF
+    raw[damaged_offset + 20] ^= 0xFF
     segment.write_bytes(bytes(raw))
     journal = Journal.open(tmp_path, segment_size_bytes=SEGMENT_SIZE_BYTES, read_only=True)
     try:
+        before = [r for r in expected if r.txid < damaged_txid]
+        assert _read(journal, 1, 40, 1_000) == before
         with pytest.raises(CorruptRecord) as info:
-            _read(journal, 1, 40, 1_000)
-        assert info.value.segment == segment.name
+            _read(journal, damaged_txid, 40, 1_000)
+        assert (info.value.segment, info.value.offset) == (segment.name, damaged_offset)
+        assert _read(journal, damaged_txid + 1, 40, 1_000) == [
+            r for r in expected if r.txid > damaged_txid
+        ]
     finally:
         journal.close_read_only()
