@@ -197,8 +197,8 @@ class SegmentReader:
 
     def _resume_after(self, segment: Segment, damage_offset: int) -> tuple[int, int] | None:
         """(offset, txid) of the first valid record after damage in a segment, or None."""
-        path = self.directory / segment_name(segment.first_txid)
-        if not path.exists():
+        path = self._files.path_of(segment.first_txid)
+        if path.name.endswith(COMPRESSED_SUFFIX) or not path.exists():
             return None  # a compressed segment: its blocks are read whole or not at all
         for offset, item in valid_frames_after(path, damage_offset, path.stat().st_size):
             if not isinstance(item, codec.Control):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from amps.errors import CorruptRecord
 from amps.log import codec
-from amps.log.segments import parse_segment_name
+from amps.log.compressed import COMPRESSED_SUFFIX, CompressedSegment
+from amps.log.segment_files import list_segments
 from amps.log.storage import format_version, iter_keys, valid_frames_after
 
 __all__ = ["DamagedRange", "SegmentReport", "verify_directory", "verify_segment"]
@@ -50,7 +51,9 @@ class SegmentReport:
 
 
 def verify_segment(path: Path, *, newest: bool) -> SegmentReport:
-    """Check every frame of one segment file."""
+    """Check every frame of one segment file (plain or compressed)."""
+    if path.name.endswith(COMPRESSED_SUFFIX):
+        return _verify_compressed(path)
     size = path.stat().st_size
     report = SegmentReport(path.name, size, format_version(path))
     offset = 0
@@ -68,6 +71,42 @@ def verify_segment(path: Path, *, newest: bool) -> SegmentReport:
         report.incomplete_tail_bytes = size - reached
         break
     return report
+
+
+def _verify_compressed(path: Path) -> SegmentReport:
+    """A compressed (sealed) segment: every frame of its uncompressed bytes is checked; damage
+    there (a block that does not decompress, or a bad frame) is reported from the last good
+    frame to the end, without looking further (its blocks are read whole or not at all)."""
+    try:
+        segment = CompressedSegment(path)
+    except CorruptRecord as exc:
+        report = SegmentReport(path.name, path.stat().st_size, 0)
+        damage = DamagedRange(path.name, 0, report.size_bytes, exc.message, 0, None, True)
+        report.damaged.append(damage)
+        return report
+    try:
+        report = SegmentReport(path.name, segment.size_bytes, 0)
+        reached = 0
+        try:
+            head = segment.pread(codec.CONTROL_FRAME_BYTES, 0)
+            if codec.frame_length(head, 0, len(head)) > 0:
+                control = codec.check_payload(head[codec.HEADER_SIZE_BYTES :])
+                if isinstance(control, codec.Control):
+                    report.format_version = control.format_version
+            keys = iter_keys(path, 0, controls=True, pread=segment.pread)
+            for off, frame_size, txid, _ts, _pub, _seq in keys:
+                reached = off + frame_size
+                if txid >= 0:
+                    _count(report, txid)
+        except CorruptRecord as exc:
+            damage = DamagedRange(
+                path.name, reached, segment.size_bytes, exc.message, report.last_txid, None, True
+            )
+            report.damaged.append(damage)
+        report.format_version = report.format_version or 1
+        return report
+    finally:
+        segment.close()
 
 
 def _count(report: SegmentReport, txid: int) -> None:
@@ -105,10 +144,6 @@ def _damaged_range(
 
 def verify_directory(directory: Path) -> Iterator[SegmentReport]:
     """A report per segment file of `directory`, oldest first."""
-    named = sorted(
-        (first, entry)
-        for entry in directory.iterdir()
-        if (first := parse_segment_name(entry.name)) is not None
-    )
+    named = sorted(list_segments(directory).items())
     for i, (_first, path) in enumerate(named):
         yield verify_segment(path, newest=i == len(named) - 1)
