@@ -50,3 +50,13 @@ async def replay_ids(
         messages = await take(subscription, count, timeout_s)
         messages += await more_within(subscription, quiet_s)
     return [message.json()["id"] for message in messages]
+
+
+async def queue_ids(address: str, queue: str, count: int, *, timeout_s: float = 30.0) -> list[int]:
+    """The sorted `id` of the first `count` messages a queue delivers (not acknowledged: the
+    subscription asks for a backlog of `count`)."""
+    async with Client(f"queue-check-{queue}") as reader:
+        await reader.connect(address)
+        subscription = await reader.subscribe(queue, max_backlog=count)
+        messages = await take(subscription, count, timeout_s)
+    return sorted(message.json()["id"] for message in messages)

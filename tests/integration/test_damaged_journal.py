@@ -15,7 +15,7 @@ from amps import errors
 from amps.client import Client, Message, Subscription
 from amps.log.storage import iter_keys
 from tests.harness.instance import InstanceProcess, config_xml, process_env
-from tests.harness.streams import take
+from tests.harness.streams import queue_ids, take
 
 TIMEOUT_S = 30
 TOTAL = 3_000
@@ -172,11 +172,7 @@ async def test_a_garbage_queue_store_is_set_aside_and_rebuilt_from_the_log(
         assert "queue store" in output
         assert "set aside as queues.db.damaged-" in output
         assert len(list(store.parent.glob("queues.db.damaged-*"))) == 1
-        async with Client("store-check") as client:
-            await client.connect(instance.address)
-            subscription = await client.subscribe("work", max_backlog=20)
-            messages = await take(subscription, 20)
-        assert sorted(m.json()["id"] for m in messages) == list(range(1, 21))
+        assert await queue_ids(instance.address, "work", 20) == list(range(1, 21))
     finally:
         instance.kill()
 

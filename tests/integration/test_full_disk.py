@@ -19,7 +19,7 @@ import pytest
 
 from amps.client import Client
 from tests.harness.instance import InstanceProcess, config_xml
-from tests.harness.streams import take
+from tests.harness.streams import queue_ids
 
 TIMEOUT_S = 30
 DISK_BYTES = 16 << 20
@@ -82,10 +82,6 @@ async def test_a_stop_on_a_full_disk_says_so_and_exits(small_disk: Path) -> None
     (small_disk / "filler").unlink()
     instance.start()
     try:
-        async with Client("full-disk-sub") as client:
-            await client.connect(instance.address)
-            subscription = await client.subscribe("work", max_backlog=100)
-            messages = await take(subscription, 100)
-            assert sorted(m.json()["id"] for m in messages) == list(range(1, 101))
+        assert await queue_ids(instance.address, "work", 100) == list(range(1, 101))
     finally:
         instance.kill()
