@@ -87,3 +87,32 @@ async def test_a_killed_instance_catches_up_after_restart(
     for name in NAMES:
         got = await read_all(mesh[name], 150)
         assert_clean(check(((p, n) for p, n, _ in got), expected), name)
+
+
+async def test_a_publisher_fails_over_when_its_instance_is_killed_mid_stream(
+    mesh: Cluster,
+) -> None:
+    """D3/L4: a publisher with the instance list goes on through the next instance when its
+    instance is SIGKILLed mid-stream and republishes what was not yet persisted; de-duplication
+    (here and over replication) leaves every message once, in order, on every instance, the
+    killed one included once restarted. A live subscriber on another instance sees the same."""
+    total = 300
+    addresses = [mesh["a"].address, mesh["b"].address]
+    async with Client("failover-pub") as pub, Client("watcher") as watcher:
+        await watcher.connect(mesh["c"].address)
+        live = await watcher.subscribe("orders", bookmark="epoch")
+        await pub.connect(addresses)
+        for n in range(1, total + 1):
+            await pub.publish("orders", orjson.dumps({"p": "failover-pub", "n": n}))
+            if n == total // 3:
+                await asyncio.to_thread(mesh["a"].kill)
+        # L2: b holds its persisted acks for its sync destination a until a is back.
+        await asyncio.to_thread(mesh["a"].restart, kill=True)
+        await pub.flush(timeout_s=TIMEOUT_S)
+        watched = await take(live, total, TIMEOUT_S)
+    expected = {"failover-pub": total}
+    numbers = [(m.json()["p"], m.json()["n"]) for m in watched]
+    assert_clean(check(numbers, expected), "c (live)")
+    for name in NAMES:
+        got = await read_all(mesh[name], total)
+        assert_clean(check(((p, n) for p, n, _ in got), expected), name)
