@@ -101,16 +101,19 @@ def fetch_json(server: str, path: str, timeout_s: float, *, method: str = "GET")
         raise AdminError(EXIT_HTTP_ERROR, f"{path}: not JSON: {error}") from error
 
 
-def queues_table(queues: list[dict[str, Any]]) -> str:
-    """A fixed-width table, one row per queue."""
-    rows = [[heading for heading, _, _ in TABLE_COLUMNS]]
-    for queue in queues:
+def table(items: list[dict[str, Any]], columns: tuple[tuple[str, str, str], ...]) -> str:
+    """A fixed-width table, one row per item: (heading, JSON key, format) per column."""
+    rows = [[heading for heading, _, _ in columns]]
+    for item in items:
         row = []
-        for _, key, fmt in TABLE_COLUMNS:
-            value = queue.get(key)
-            row.append("-" if value is None else format(value, fmt))
+        for _, key, fmt in columns:
+            value = item.get(key)
+            if isinstance(value, bool):
+                row.append("yes" if value else "no")
+            else:
+                row.append("-" if value is None else format(value, fmt))
         rows.append(row)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = []
     for row in rows:
         cells = [
@@ -119,6 +122,11 @@ def queues_table(queues: list[dict[str, Any]]) -> str:
         ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+def queues_table(queues: list[dict[str, Any]]) -> str:
+    """A fixed-width table, one row per queue."""
+    return table(queues, TABLE_COLUMNS)
 
 
 def _exit_on_error(error: AdminError) -> NoReturn:
@@ -211,21 +219,7 @@ REPLICATION_COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 def replication_table(destinations: list[dict[str, Any]]) -> str:
     """A fixed-width table, one row per destination."""
-    rows = [[heading for heading, _, _ in REPLICATION_COLUMNS]]
-    for destination in destinations:
-        row = []
-        for _, key, fmt in REPLICATION_COLUMNS:
-            value = destination.get(key)
-            if isinstance(value, bool):
-                row.append("yes" if value else "no")
-            else:
-                row.append("-" if value is None else format(value, fmt))
-        rows.append(row)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(REPLICATION_COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+    return table(destinations, REPLICATION_COLUMNS)
 
 
 @admin.command("replication")
