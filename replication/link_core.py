@@ -61,7 +61,8 @@ class LinkState(Enum):
 class LogView(Protocol):
     """What a link needs of the local log: durable records by txid."""
 
-    first_txid: int
+    @property
+    def first_txid(self) -> int: ...
 
     @property
     def durable_txid(self) -> int: ...
