@@ -128,8 +128,8 @@ class Client:
                 if not error.retriable:
                     raise
                 attempts += 1
-                self._rotation.report_failure()
-                delay_s = self._backoff.next_delay_ms() / 1000.0
+                round_failed = self._rotation.report_failure()
+                delay_s = self._backoff.next_delay_ms() / 1000.0 if round_failed else 0.0
                 out_of_time = deadline is not None and loop.time() + delay_s > deadline
                 if out_of_time or (not self._reconnect and attempts >= self._server_count()):
                     raise ConnectionBroken(f"could not connect to {target}: {error}") from None

@@ -56,12 +56,18 @@ def parse_servers(uris: str | Sequence[str]) -> list[str]:
 
 
 class ServerRotation:
-    """Failover order over the configured servers (AMPS DefaultServerChooser)."""
+    """Failover order over the configured servers (AMPS DefaultServerChooser).
+
+    A round starts at the server that last worked (the first attempt after a loss goes back to
+    it) and goes once through the list; the client waits its backoff only between rounds, so a
+    dead instance costs one refused attempt before the next one is tried (D3).
+    """
 
     def __init__(self, targets: Sequence[str]) -> None:
         assert targets, "at least one server"
         self._targets = list(targets)
         self._index = 0
+        self._failures_in_round = 0
 
     @property
     def count(self) -> int:
@@ -73,12 +79,16 @@ class ServerRotation:
         """The server the next connection attempt goes to."""
         return self._targets[self._index]
 
-    def report_failure(self) -> None:
-        """A connection attempt to `current` failed: the next attempt tries the next server."""
+    def report_failure(self) -> bool:
+        """A connection attempt to `current` failed: the next attempt tries the next server.
+        True when that ends a round (every server failed once): wait before the next attempt."""
         self._index = (self._index + 1) % len(self._targets)
+        self._failures_in_round = (self._failures_in_round + 1) % len(self._targets)
+        return self._failures_in_round == 0
 
     def report_success(self) -> None:
         """Stay on the server that worked: a lost connection is first retried there."""
+        self._failures_in_round = 0
 
 
 # --- Reconnect delays ------------------------------------------------------------------------

@@ -61,6 +61,19 @@ def test_a_failed_attempt_moves_to_the_next_server_and_wraps_around() -> None:
     assert seen == ["a:1", "b:2", "c:3", "a:1"]
 
 
+def test_only_a_whole_failed_round_asks_for_a_backoff_delay() -> None:
+    """D3: a dead instance costs one refused attempt, not a backoff, before the next server."""
+    rotation = ServerRotation(["a:1", "b:2", "c:3"])
+    assert [rotation.report_failure() for _ in range(6)] == [False, False, True] * 2
+    rotation.report_failure()  # a fails; b works: the next round starts at b
+    rotation.report_success()
+    assert rotation.current == "b:2"
+    assert [rotation.report_failure() for _ in range(3)] == [False, False, True]
+    assert rotation.current == "b:2"
+    single = ServerRotation(["a:1"])
+    assert [single.report_failure() for _ in range(2)] == [True, True]
+
+
 def test_a_success_keeps_the_current_server_for_the_next_loss() -> None:
     rotation = ServerRotation(["a:1", "b:2"])
     rotation.report_failure()
