@@ -79,6 +79,26 @@ async def test_a_publisher_fails_over_and_republishes_what_was_not_persisted(
         second.kill()
 
 
+async def test_with_heartbeats_a_frozen_instance_is_left_for_the_next(tmp_path: Path) -> None:
+    """A stopped (SIGSTOP) instance breaks no connection: only heartbeats notice it."""
+    first = InstanceProcess(tmp_path / "a", config_xml(name="a")).start()
+    second = InstanceProcess(tmp_path / "b", config_xml(name="b")).start()
+    try:
+        async with Client("frozen-pub", heartbeat_interval_s=1, logon_timeout_s=2) as client:
+            await client.connect([first.address, second.address])
+            await publish_ids(client, "orders", 1, 100)
+            await client.flush(TIMEOUT_S)
+            assert first.process is not None
+            first.process.send_signal(signal.SIGSTOP)
+            await publish_ids(client, "orders", 101, 200)
+            await client.flush(TIMEOUT_S)
+            assert client.statistics().connected_server == second.address
+        assert await replay_ids(second.address, "orders", 100) == list(range(101, 201))
+    finally:
+        first.kill()
+        second.kill()
+
+
 @pytest.mark.parametrize(
     ("bookmark", "with_list"), [(None, True), ("epoch", False)], ids=["live-list", "replay"]
 )
