@@ -1,10 +1,4 @@
-"""Queue acknowledgements on the wire: batches from `policy.AckBatcher`.
-
-By default (no `ack_batch_size`) an ack is sent at once, as AMPS clients do, and coalesced by
-the rule of `amps.batching`: plain acks made before the connection's writer next runs (while a
-write is in flight, or in the same turn of the event loop) leave together, as one `sow_delete`
-per topic. No timer is involved. With `ack_batch_size` set, a topic's acks wait until the batch
-is full or `ack_timeout_ms` passed (the AMPS batching), on one timer.
+"""Queue acknowledgements on the wire: batches from `policy.AckBatcher`, sent on one timer.
 
 Every ack batch asks for a `processed` ack and is kept until that ack arrives. When the stream
 breaks, unconfirmed batches and acks made since are kept and sent again after the next logon, on
@@ -23,8 +17,6 @@ from amps.client.connection import Connection
 from amps.client.policy import AckBatch, AckBatcher, ack_batch_size
 
 CANCEL = "cancel"
-# The most acks one coalesced `sow_delete` names (a bound on the command, far above a backlog).
-MAX_COALESCED_ACKS = 10_000
 
 
 class QueueAcker:
@@ -44,9 +36,6 @@ class QueueAcker:
         self.sent_count = 0
         # granted max_backlog -> batch size (the same few values every time)
         self._sizes: dict[int | None, int] = {}
-        # Coalescing (no configured batch size): the connection asked to take the pending acks.
-        self._coalesce = batch_size is None
-        self._emit_on: Connection | None = None
 
     @property
     def unconfirmed_count(self) -> int:
@@ -57,25 +46,10 @@ class QueueAcker:
     def ack(
         self, conn: Connection | None, topic: str, bookmark: str, granted_max_backlog: int | None
     ) -> None:
-        """Acknowledge one message: with the next frame, or in its topic's batch (sent when full
-        or timed out, §7.2)."""
-        if self._coalesce:
-            batch = self._batcher.add(topic, bookmark, MAX_COALESCED_ACKS, 0)
-            if conn is None:
-                if batch is not None:
-                    self._held.append((batch, ""))
-                return
-            if batch is not None:
-                self._send(conn, [batch])
-            if self._emit_on is not conn:
-                self._emit_on = conn
-                conn.before_next_frame(lambda: self._emit(conn))
-            return
+        """Acknowledge one message in its topic's batch (sent when full or timed out, §7.2)."""
         size = self._sizes.get(granted_max_backlog)
         if size is None:
-            configured = self._configured_batch_size
-            assert configured is not None  # else coalescing, above
-            size = ack_batch_size(configured, granted_max_backlog)
+            size = ack_batch_size(self._configured_batch_size, granted_max_backlog)
             self._sizes[granted_max_backlog] = size
         batcher = self._batcher
         # The clock is read only when the ack starts a new batch (its timeout starts then).
@@ -89,12 +63,6 @@ class QueueAcker:
             self._send(conn, [batch])
         if self._timer is None:
             self._arm(conn)
-
-    def _emit(self, conn: Connection) -> None:
-        """The writer is about to take a frame: the pending acks ride it."""
-        self._emit_on = None
-        if conn.lost is None:
-            self._send(conn, self._batcher.take_all())
 
     def send_now(self, conn: Connection | None, topic: str, bookmark: str, option: str) -> None:
         """A cancel or expire ack: never batched, sent at once (§7.2)."""
@@ -118,7 +86,6 @@ class QueueAcker:
     def on_connection_lost(self) -> None:
         """Keep every ack the instance has not confirmed, for the next logon."""
         self.cancel_timer()
-        self._emit_on = None
         self._held[:0] = [item for item in self._unconfirmed.values() if item[1] != CANCEL]
         self._unconfirmed.clear()
 

@@ -75,9 +75,6 @@ class Connection:
         self._parts: list[bytes] = []
         self._frames: deque[list[bytes]] = deque([self._parts])
         self._wake = asyncio.Event()
-        # Called once each, by the writer, right before it next looks for a frame to write: a
-        # producer that coalesces (queue acks) adds what it gathered while a write was in flight.
-        self._before_frame: list[Callable[[], None]] = []
         # While the writer lingers (a positive flush interval): resolved when the interval ends,
         # a frame fills or the connection closes. A future and a timer, not a timeout around an
         # Event: a timeout ends by cancelling (an exception).
@@ -173,12 +170,6 @@ class Connection:
             self._wake.set()
         return queued
 
-    def before_next_frame(self, callback: Callable[[], None]) -> None:
-        """Run `callback` once, just before the writer takes its next frame (at once when the
-        writer is idle, after the write in flight otherwise): it may queue commands then."""
-        self._before_frame.append(callback)
-        self._wake.set()
-
     def _next_frame(self) -> None:
         """The frame being filled is full: later commands go to a new one; it leaves at once."""
         self._parts = []
@@ -205,9 +196,6 @@ class Connection:
     def _take_frames(self) -> list[bytes]:
         """Every queued frame, as the writer would send them with each write completing at once
         (for looking at the frames without a stream)."""
-        callbacks, self._before_frame = self._before_frame, []
-        for callback in callbacks:
-            callback()
         frames = []
         while self._coalescer.queued_messages:
             frames.append(self._take_frame())
@@ -222,10 +210,6 @@ class Connection:
         lingering = core.linger_ms > 0
         try:
             while True:
-                if self._before_frame:
-                    callbacks, self._before_frame = self._before_frame, []
-                    for callback in callbacks:
-                        callback()
                 now_ms = loop.time() * 1000 if lingering else 0.0
                 send_ms = core.next_send_ms(now_ms)
                 if send_ms is None:

@@ -8,8 +8,6 @@ Rule 2: the publish store is ordered by sequence number and is the only record o
 instance has not yet persisted (L3). A conflated persisted ack for N releases every entry <= N;
 a logon ack carrying N does the same before the rest is republished with the same numbers (D3).
 Rule 3: plain queue acks are batched per topic; cancel/expire acks never go through a batch.
-Without a configured batch size acks are not held at all: they only coalesce into the next frame
-(`amps.client.acks`, the rule of `amps.batching`).
 """
 
 from __future__ import annotations
@@ -243,10 +241,12 @@ def parse_max_backlog(options: str) -> int | None:
     return None
 
 
-def ack_batch_size(configured: int, max_backlog: int | None) -> int:
-    """Batch size for a queue subscription: the configured size capped at the granted backlog
-    (AMPS lowers it to `max_backlog`)."""
+def ack_batch_size(configured: int | None, max_backlog: int | None) -> int:
+    """Batch size for a queue subscription: the configured size capped at the granted backlog,
+    or a third of the backlog by default (so acks flow before the backlog is exhausted)."""
     backlog = max_backlog if max_backlog is not None and max_backlog > 0 else 1
+    if configured is None:
+        return max(1, backlog // 3)
     return max(1, min(configured, backlog))
 
 

@@ -211,38 +211,8 @@ async def test_get_times_out_then_returns_a_later_delivery() -> None:
     assert message.bookmark == "7|1|"
 
 
-async def test_acks_coalesce_into_the_next_frame_without_a_timer() -> None:
-    """Default: no ack waits for a batch or a timer; those made before the writer runs (in one
-    turn of the loop, or while a write is in flight) leave as one sow_delete per topic."""
-    h = Harness()
-    sub = h.subscription()
-    other = h.subscription("other-sub")
-    h.receive(*(delivery(f"7|{n}|") for n in range(1, 4)))
-    h.receive(delivery("7|9|", ("other-sub",), topic="other"))
-    for _ in range(3):
-        message = await sub.get(0)
-        assert message is not None
-        await message.ack()
-    message = await other.get(0)
-    assert message is not None
-    await message.ack()
-    assert h.client._acks._timer is None
-    sent = h.sent()
-    assert [(c.sow_delete.topic, c.sow_delete.bookmark) for c in sent] == [
-        ("work", "7|1|,7|2|,7|3|"),
-        ("other", "7|9|"),
-    ]
-    assert h.sent() == []
-    h.receive(delivery("7|4|"))
-    message = await sub.get(0)
-    assert message is not None
-    await message.ack()
-    assert [c.sow_delete.bookmark for c in h.sent()] == ["7|4|"]  # alone: at once
-    assert h.client.statistics().acks_sent == 5
-
-
-async def test_configured_ack_batches_are_per_topic_capped_by_the_backlog() -> None:
-    h = Harness(ack_batch_size=3)  # granted backlog 9: batches of 3
+async def test_acks_are_batched_per_topic_capped_by_the_backlog() -> None:
+    h = Harness()  # granted backlog 9: batches of 3
     sub = h.subscription()
     h.receive(*(delivery(f"7|{n}|") for n in range(1, 8)))
     for _ in range(7):

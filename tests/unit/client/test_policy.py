@@ -214,10 +214,10 @@ def test_max_backlog_is_read_from_the_subscribe_ack_options() -> None:
 
 @pytest.mark.parametrize(
     ("configured", "max_backlog", "size"),
-    [(1, None, 1), (5, None, 1), (80, 300, 80), (50, 10, 10), (4, 10, 4), (0, 10, 1)],
+    [(None, None, 1), (None, 1, 1), (None, 10, 3), (None, 300, 100), (50, 10, 10), (4, 10, 4)],
 )
-def test_the_configured_batch_size_is_capped_at_the_backlog(
-    configured: int, max_backlog: int | None, size: int
+def test_the_batch_size_is_a_third_of_the_backlog_or_the_configured_size_capped(
+    configured: int | None, max_backlog: int | None, size: int
 ) -> None:
     """§7.2: the client lowers the batch size to the granted max_backlog."""
     assert ack_batch_size(configured, max_backlog) == size
