@@ -16,6 +16,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
@@ -150,6 +151,17 @@ timeout_option = click.option(
 )
 
 
+def output_option(what: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """`--output table|json`; `what` says what the JSON holds beyond the table."""
+    return click.option(
+        "--output",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help=f"A readable table, or the full JSON {what}.",
+    )
+
+
 @click.group("admin")
 def admin() -> None:
     """Inspect a running instance through its admin HTTP interface."""
@@ -158,13 +170,7 @@ def admin() -> None:
 @admin.command("queues")
 @server_option
 @timeout_option
-@click.option(
-    "--output",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="A readable table, or the full JSON of every queue.",
-)
+@output_option("of every queue")
 def queues(server: str, timeout_s: float, output: str) -> None:
     """Depth, backlog (leased), deliverable and oldest ages of every queue."""
     try:
@@ -225,13 +231,7 @@ def replication_table(destinations: list[dict[str, Any]]) -> str:
 @admin.command("replication")
 @server_option
 @timeout_option
-@click.option(
-    "--output",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="A readable table, or the full JSON (links, per-origin positions, reachability).",
-)
+@output_option("(links, per-origin positions, reachability)")
 @click.argument("action", required=False, type=click.Choice(["downgrade", "upgrade"]))
 @click.argument("destination", required=False)
 def replication(
@@ -276,13 +276,7 @@ def _sync_action(server: str, timeout_s: float, destination: str, verb: str) -> 
 @admin.command("journals")
 @server_option
 @timeout_option
-@click.option(
-    "--output",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="A readable table, or the full JSON (segments, holds, lifecycle counters).",
-)
+@output_option("(segments, holds, lifecycle counters)")
 def journals(server: str, timeout_s: float, output: str) -> None:
     """Journal segments (oldest first) and what holds them back from removal."""
     try:

@@ -18,6 +18,7 @@ from pathlib import Path
 import google_crc32c
 
 from amps.errors import CorruptRecord
+from amps.log.storage import fsync_directory
 
 __all__ = [
     "BLOCK_BYTES",
@@ -140,9 +141,5 @@ def compress_segment(source: Path) -> Path:
         writer.flush()
         os.fsync(writer.fileno())
     os.replace(tmp, final)
-    fd = os.open(final.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(final.parent)
     return final

@@ -17,6 +17,7 @@ import google_crc32c
 
 from amps.errors import CorruptRecord
 from amps.log.dedup import PublisherMarks
+from amps.log.storage import fsync_directory
 
 __all__ = ["MARKS_FILE_NAME", "read_marks", "write_marks"]
 
@@ -63,8 +64,4 @@ def write_marks(directory: Path, marks: PublisherMarks) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, final)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(directory)

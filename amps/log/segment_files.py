@@ -16,7 +16,7 @@ from pathlib import Path
 from amps.errors import CorruptRecord
 from amps.log.compressed import COMPRESSED_SUFFIX, CompressedSegment
 from amps.log.segments import SegmentSummary, checkpoint_name, parse_segment_name, summary_name
-from amps.log.storage import load_summary
+from amps.log.storage import fsync_directory, load_summary
 
 __all__ = [
     "compressed_summary",
@@ -63,7 +63,7 @@ def copy_to_archive(segment: Path, archive: Path, first_txid: int) -> Path:
             writer.flush()
             os.fsync(writer.fileno())
         os.replace(tmp, archive / name)
-    _fsync_directory(archive)
+    fsync_directory(archive)
     return archive / segment.name
 
 
@@ -78,13 +78,13 @@ def remove_segment_files(paths: Iterable[Path]) -> None:
             (path.parent / name).unlink(missing_ok=True)
         directories.add(path.parent)
     for directory in directories:
-        _fsync_directory(directory)
+        fsync_directory(directory)
 
 
 def remove_file(path: Path) -> None:
     """Remove one file (a segment replaced by its compressed copy), durably."""
     path.unlink(missing_ok=True)
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
 def compressed_summary(path: Path, first_txid: int) -> SegmentSummary:
@@ -103,11 +103,3 @@ def compressed_summary(path: Path, first_txid: int) -> SegmentSummary:
             segment=path.name,
         )
     return summary
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
