@@ -411,6 +411,11 @@ _NAME_CACHE_ENTRIES = 4096
 _name_cache: dict[bytes, tuple[str, str, str]] = {}
 
 
+PublishHead = tuple[int, int, str, int, int, int]
+"""(txid, timestamp_us, topic, publisher_id, seq, expiration_s) of a publish: what queue
+recovery reads of it (`decode_heads`)."""
+
+
 def decode(
     buf: bytes, offset: int = 0, end: int | None = None, limit: int | None = None
 ) -> tuple[list[Record], int]:
@@ -419,8 +424,22 @@ def decode(
     The offset reached stops before an incomplete frame at the end. Damage raises CorruptRecord
     whose `offset` is the damaged frame's offset in `buf`.
     """
+    return _decode(buf, offset, end, limit, heads=False)  # type: ignore[return-value]
+
+
+def decode_heads(
+    buf: bytes, offset: int = 0, end: int | None = None, limit: int | None = None
+) -> tuple[list[Record | PublishHead], int]:
+    """`decode`, with each publish as its `PublishHead`: checked as `decode` checks it, but
+    neither its data copied nor a record built (~a third of the cost, for queue recovery)."""
+    return _decode(buf, offset, end, limit, heads=True)
+
+
+def _decode(
+    buf: bytes, offset: int, end: int | None, limit: int | None, *, heads: bool
+) -> tuple[list[Record | PublishHead], int]:
     stop = len(buf) if end is None else end
-    records: list[Record] = []
+    records: list[Record | PublishHead] = []
     append = records.append
     unpack_header = HEADER.unpack_from
     unpack_publish = _PUBLISH.unpack_from
@@ -457,6 +476,12 @@ def decode(
                     if len(name_cache) >= _NAME_CACHE_ENTRIES:
                         name_cache.clear()
                     name_cache[key] = names
+                if heads:
+                    if lc:
+                        buf[d:e].decode()  # checked as a record's correlation id would be
+                    append((txid, ts, names[0], pub, seq, exp))
+                    offset = stop_at
+                    continue
                 rec = _PublishSlots(
                     txid, ts, names[0], buf[e:stop_at], pub, seq, names[1], names[2], otx,
                     buf[d:e].decode() if lc else "", exp,

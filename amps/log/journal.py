@@ -498,6 +498,13 @@ class Journal:
             return []
         return self.reader.read(self.segments(), from_txid, self._durable_txid, max_records)
 
+    def read_heads(self, from_txid: int, max_records: int) -> list[Record | codec.PublishHead]:
+        """`read`, with each publish as its `PublishHead` (what queue recovery needs of it)."""
+        from_txid = max(from_txid, self.first_txid)
+        if max_records <= 0 or from_txid > self._durable_txid:
+            return []
+        return self.reader.read_heads(self.segments(), from_txid, self._durable_txid, max_records)
+
     def read_publishes(
         self, from_txid: int, upper_txid: int, max_records: int, max_bytes: int
     ) -> list[PublishRecord]:

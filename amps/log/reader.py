@@ -77,7 +77,20 @@ class SegmentReader:
         self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int
     ) -> list[Record]:
         """Records from_txid..upper_txid (at most max_records) from `segments` (oldest first)."""
-        out: list[Record] = []
+        out = self._read(segments, from_txid, upper_txid, max_records, heads=False)
+        return out  # type: ignore[return-value]
+
+    def read_heads(
+        self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int
+    ) -> list[Record | codec.PublishHead]:
+        """`read`, with each publish as its `codec.PublishHead` (see `codec.decode_heads`)."""
+        return self._read(segments, from_txid, upper_txid, max_records, heads=True)
+
+    def _read(
+        self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int,
+        *, heads: bool,
+    ) -> list[Record | codec.PublishHead]:  # fmt: skip
+        out: list[Record | codec.PublishHead] = []
         firsts = [s.first_txid for s in segments]
         i = max(0, bisect_right(firsts, from_txid) - 1)
         txid = from_txid
@@ -87,11 +100,19 @@ class SegmentReader:
                 i += 1
                 continue
             want = min(max_records - len(out), upper_txid - txid + 1, segment.last_txid - txid + 1)
-            self._read_segment(segment, txid, want, out)
-            txid = out[-1].txid + 1
+            self._read_segment(segment, txid, want, out, heads)
+            last = out[-1]
+            txid = (last[0] if type(last) is tuple else last.txid) + 1  # type: ignore[union-attr]
         return out
 
-    def _read_segment(self, segment: Segment, from_txid: int, want: int, out: list[Record]) -> None:
+    def _read_segment(
+        self,
+        segment: Segment,
+        from_txid: int,
+        want: int,
+        out: list[Record | codec.PublishHead],
+        heads: bool,
+    ) -> None:
         j = bisect_right(segment.index_txids, from_txid) - 1
         assert j >= 0, (segment.first_txid, from_txid)
         offset = segment.index_offsets[j]
@@ -100,10 +121,11 @@ class SegmentReader:
         average = segment.size_bytes // max(1, segment.record_count)
         size = max(MIN_READ_BYTES, left * average + average)
         pread = self._file(segment.first_txid).pread
+        decode = codec.decode_heads if heads else codec.decode
         while left > 0:
             chunk = pread(size, offset)
             try:
-                records, consumed = codec.decode(chunk, 0, len(chunk), left)
+                records, consumed = decode(chunk, 0, len(chunk), left)
             except CorruptRecord as exc:
                 raise located(exc, segment.first_txid, offset) from None
             if not consumed:

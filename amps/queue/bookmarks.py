@@ -53,21 +53,39 @@ class BookmarkIndex:
         run.txids.append(txid)
 
     def add_many(self, publisher_ids: list[int], seqs: list[int], txids: list[int]) -> None:
-        """`add` of each message in turn; one publisher's increasing seqs in bulk (usual)."""
+        """`add` of each message in turn; each publisher's increasing seqs in bulk (usual).
+
+        Several publishers in one batch (a replicated queue has one per origin) are split per
+        publisher in C: `add` files each entry under its own publisher only, so the order
+        between publishers does not change the result.
+        """
         count = len(txids)
-        publisher_id = publisher_ids[0] if count else 0
-        last = self._max_seq.get(publisher_id)
-        run = self._runs.get(publisher_id)
-        if (
-            run is None
-            or publisher_ids.count(publisher_id) != count
-            or (last is not None and seqs[0] <= last)
-            or not all(map(lt, seqs, islice(seqs, 1, None)))
-        ):
+        if not count:
+            return
+        first = publisher_ids[0]
+        if publisher_ids.count(first) == count:
+            self._add_run(first, seqs, txids)
+            return
+        distinct = dict.fromkeys(publisher_ids)  # first-seen order, as `add` creates runs
+        if len(distinct) > _BULK_PUBLISHERS:
             for publisher_id, seq, txid in zip(publisher_ids, seqs, txids, strict=True):
                 self.add(publisher_id, seq, txid)
             return
-        self.entry_count += count
+        for publisher_id in distinct:
+            mask = bytes(map(publisher_id.__eq__, publisher_ids))
+            self._add_run(publisher_id, list(compress(seqs, mask)), list(compress(txids, mask)))
+
+    def _add_run(self, publisher_id: int, seqs: list[int], txids: list[int]) -> None:
+        """`add` of each of one publisher's entries in turn, in bulk when its seqs increase."""
+        last = self._max_seq.get(publisher_id)
+        if (last is not None and seqs[0] <= last) or not all(map(lt, seqs, islice(seqs, 1, None))):
+            for seq, txid in zip(seqs, txids, strict=True):
+                self.add(publisher_id, seq, txid)
+            return
+        run = self._runs.get(publisher_id)
+        if run is None:
+            run = self._runs[publisher_id] = self.new_run()
+        self.entry_count += len(txids)
         self._max_seq[publisher_id] = seqs[-1]
         extend(run.seqs, seqs)
         extend(run.txids, txids)
@@ -189,3 +207,6 @@ class BookmarkIndex:
     def nbytes(self) -> int:
         """Bytes held by the arrays (for the memory benchmark)."""
         return sum(16 * len(run.txids) for run in self._runs.values())
+
+
+_BULK_PUBLISHERS = 16  # beyond this many in one batch, one `add` each

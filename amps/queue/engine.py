@@ -11,7 +11,7 @@ fairness, barriers), `deadlines` (timers), `acks` (Q10–Q12), `recovery` (repla
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from itertools import islice
+from itertools import compress, islice
 from operator import attrgetter, le, lt
 from typing import Any
 
@@ -116,40 +116,76 @@ class QueueEngine:
         compaction.maybe_compact(state)
         return actions
 
+    def publish_plain(
+        self,
+        txids: list[int],
+        publisher_ids: list[int],
+        seqs: list[int],
+        timestamps_ms: list[int],
+        now_ms: int,
+    ) -> list[Action]:
+        """`handle_many` of one `MessagePublished(txid, publisher_id, seq, timestamp_ms)` per
+        row (no priority, barrier or expiration of its own), without building the events: the
+        adapter's path for durable publishes and for replay at recovery (Q16)."""
+        state = self._state
+        if not state.accepts_plain_inserts():
+            rows = zip(txids, publisher_ids, seqs, timestamps_ms, strict=True)
+            return self.handle_many([MessagePublished(*row) for row in rows], now_ms)
+        actions: list[Action] = []
+        deadlines.run_due(state, now_ms, actions)
+        if txids:
+            self._insert_plain_columns(txids, publisher_ids, seqs, timestamps_ms, now_ms, actions)
+        delivery.settle(state, now_ms, actions)
+        compaction.maybe_compact(state)
+        return actions
+
     def _insert_plain(
         self, events: list[MessagePublished], now_ms: int, actions: list[Action]
     ) -> None:
         """`_on_message_published` of each event (time-driven work before each but the first,
         which the caller did), in bulk when it makes no difference."""
+        assert not any(map(_priority, events))
+        self._insert_plain_columns(
+            [e.txid for e in events], [e.publisher_id for e in events],
+            [e.seq for e in events], [e.timestamp_ms for e in events], now_ms, actions,
+        )  # fmt: skip
+
+    def _insert_plain_columns(
+        self,
+        txids: list[int],
+        publisher_ids: list[int],
+        seqs: list[int],
+        stamps: list[int],
+        now_ms: int,
+        actions: list[Action],
+    ) -> None:
+        """`_insert_plain` of the messages given as columns (at least one)."""
         state = self._state
-        kept = events
-        txids = [e.txid for e in events]
         if txids[0] <= state.last_txid or not all(map(lt, txids, islice(txids, 1, None))):
-            kept = []  # replays and re-offers are idempotent
+            keep = bytearray(len(txids))  # replays and re-offers are idempotent
             last = state.last_txid
-            for event in events:
-                if event.txid > last:
-                    kept.append(event)
-                    last = event.txid
-            if not kept:
+            for i, txid in enumerate(txids):
+                if txid > last:
+                    keep[i] = 1
+                    last = txid
+            if not any(keep):
                 return
-            txids = [e.txid for e in kept]
-        stamps = [e.timestamp_ms for e in kept]
+            txids, publisher_ids, seqs, stamps = (
+                list(compress(column, keep)) for column in (txids, publisher_ids, seqs, stamps)
+            )
         expiration_ms = state.policy.expiration_ms
         if expiration_ms is not None and not (
             stamps[0] + expiration_ms > now_ms  # none due: the sweep would take it at once
             and stamps[0] + expiration_ms >= state.expiry_max_seen_ms  # in expiry order
             and all(map(le, stamps, islice(stamps, 1, None)))
         ):
-            for index, event in enumerate(events):
+            rows = zip(txids, publisher_ids, seqs, stamps, strict=True)
+            for index, row in enumerate(rows):
                 if index:
                     deadlines.run_due(state, now_ms, actions)
-                self._on_message_published(event, now_ms, actions)
+                self._on_message_published(MessagePublished(*row), now_ms, actions)
             return
-        assert not any(map(_priority, kept))
-        state.insert_plain_many(
-            txids, [e.publisher_id for e in kept], [e.seq for e in kept], stamps
-        )
+        state.insert_plain_many(txids, publisher_ids, seqs, stamps)
 
     def remove_recovered(
         self,

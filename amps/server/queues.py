@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import repeat
 from time import perf_counter_ns
@@ -21,6 +21,7 @@ from amps import errors
 from amps.config import QueueConfig
 from amps.expr import ExprKind, Filter, Priority, compile_filter, compile_priority
 from amps.log.bookmarks import Bookmark as LogBookmark
+from amps.log.codec import PublishHead
 from amps.log.records import PublishRecord, QueueAction, QueueRecord
 from amps.queue import (
     Acked,
@@ -69,6 +70,14 @@ REMOVAL_RECORD: dict[RemovalReason, QueueAction] = {
 RECORD_REMOVAL = {action: reason for reason, action in REMOVAL_RECORD.items()}
 RECORD_REMOVAL[QueueAction.EXPIRE] = RemovalReason.EXPIRED
 _REMOVED_WHEN_SENT = (QueueAction.DELIVERED_AT_MOST_ONCE, QueueAction.BARRIER_RELEASED)
+
+
+def _stamps_ms(stamps_us: Sequence[int], wall_us: int, now_ms: int) -> list[int]:
+    """Log timestamps (UTC us) as times on the engine's monotonic clock: as old now as they
+    were when read (a timestamp from the future counts as now)."""
+    if not stamps_us or max(stamps_us) <= wall_us:  # the usual case: no max() per message
+        return [now_ms - (wall_us - stamp) // 1000 for stamp in stamps_us]
+    return [now_ms - max(0, (wall_us - stamp) // 1000) for stamp in stamps_us]
 
 
 def policy_for(config: QueueConfig) -> QueuePolicy:
@@ -232,15 +241,30 @@ class QueueDriver:
         """A durable publish on an underlying topic (Q1, A1)."""
         self.publish_many([record], now_ms, recovering=recovering)
 
+    @property
+    def reads_heads(self) -> bool:
+        """True when a publish's head is all this queue needs of it (no expression to run)."""
+        return self.filter is None and self.priority is None and self.barrier is None
+
     def publish_many(
         self, records: list[PublishRecord], now_ms: int, *, recovering: bool = False
     ) -> None:
         """Durable publishes (one group commit's worth) as one engine step."""
-        if self.filter is None and self.priority is None and self.barrier is None:
+        if self.reads_heads:
             # The usual queue: no expression to evaluate, one wall-clock read per step.
+            wall_us = self.instance.wall_us()
+            if not any(r.expiration_s for r in records):
+                # Columns, no event per message (the engine's bulk path).
+                actions = self.engine.publish_plain(
+                    [r.txid for r in records], [r.publisher_id for r in records],
+                    [r.seq for r in records],
+                    _stamps_ms([r.timestamp_us for r in records], wall_us, now_ms),
+                    now_ms,
+                )  # fmt: skip
+                self.run(actions, now_ms, recovering=recovering)
+                return
             # Positional arguments (txid, publisher_id, seq, timestamp_ms, priority, is_barrier,
             # expiration_ms): a third cheaper than keywords, per message.
-            wall_us = self.instance.wall_us()
             events = [
                 MessagePublished(
                     r.txid, r.publisher_id, r.seq,
@@ -253,6 +277,25 @@ class QueueDriver:
             events = [e for e in (self._event_for(r, now_ms) for r in records) if e is not None]
         if events:
             self.run(self.engine.handle_many(events, now_ms), now_ms, recovering=recovering)
+
+    def publish_heads(self, heads: list[PublishHead], now_ms: int) -> None:
+        """Recovery (Q16): replayed publishes as `Journal.read_heads` gives them, one engine
+        step, when `reads_heads`: no record built, no event per message unless it has an
+        expiration of its own."""
+        assert self.reads_heads
+        txids, stamps_us, _topics, publisher_ids, seqs, expirations_s = zip(*heads, strict=True)
+        stamps_ms = _stamps_ms(stamps_us, self.instance.wall_us(), now_ms)
+        if any(expirations_s):
+            rows = zip(txids, publisher_ids, seqs, stamps_ms, expirations_s, strict=True)
+            events = [
+                MessagePublished(t, p, s, ms, 0, False, e * 1000 or None) for t, p, s, ms, e in rows
+            ]
+            actions = self.engine.handle_many(events, now_ms)
+        else:
+            actions = self.engine.publish_plain(
+                list(txids), list(publisher_ids), list(seqs), stamps_ms, now_ms
+            )
+        self.run(actions, now_ms, recovering=True)
 
     def _event_for(self, record: PublishRecord, now_ms: int) -> MessagePublished | None:
         """The engine event for a publish, or None when the queue Filter rejects it."""

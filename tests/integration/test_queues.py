@@ -224,6 +224,53 @@ async def test_restart_from_snapshot_then_replay_after_it(tmp_path: Path) -> Non
     assert ids == sorted(set(range(1, 36)) - acked)
 
 
+PRIORITY_QUEUE = """
+<SOW>
+  <Queue>
+    <Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic><MessageType>json</MessageType>
+    <MaxPerSubscriptionBacklog>100</MaxPerSubscriptionBacklog>
+  </Queue>
+  <Queue>
+    <Name>urgent</Name><UnderlyingTopic>orders</UnderlyingTopic><MessageType>json</MessageType>
+    <Priority>/id</Priority><MaxPerSubscriptionBacklog>100</MaxPerSubscriptionBacklog>
+  </Queue>
+</SOW>
+"""
+
+
+@pytest.mark.parametrize("with_priority", [False, True])
+async def test_replay_without_a_snapshot_rebuilds_every_queue(
+    tmp_path: Path, with_priority: bool
+) -> None:
+    """Q16: killed with queues.db gone, each queue replays the whole log: queues without
+    expressions from the publishes' heads, a Priority queue from whole records, and the
+    acks of one queue never touch the other."""
+    extra = PRIORITY_QUEUE if with_priority else WORK_QUEUE
+    instance = InstanceProcess(tmp_path / "amps", config_xml(extra=extra)).start()
+    try:
+        async with Client("rp-pub") as pub, Client("rp-con") as con:
+            await pub.connect(instance.address)
+            await con.connect(instance.address)
+            await publish_ids(pub, "orders", range(1, 41))
+            for message in await take(await con.subscribe("work", max_backlog=15), 15):
+                await message.ack()
+            await con.flush_acks()
+            await con.flush(timeout_s=TIMEOUT_S)
+        instance.kill()
+        for path in (instance.workdir / "journal").glob("queues.db*"):
+            path.unlink()
+        await asyncio.to_thread(instance.restart)
+        async with Client("rp-after") as after:
+            await after.connect(instance.address)
+            work = [m.json()["id"] for m in await after.sow("work")]
+            urgent = [m.json()["id"] for m in await after.sow("urgent")] if with_priority else []
+    finally:
+        instance.kill()
+    assert sorted(work) == list(range(16, 41))
+    if with_priority:
+        assert urgent == list(range(40, 0, -1))  # highest /id first (A2)
+
+
 async def test_publish_to_queue_name_routes_to_default_publish_target(
     queue_instance: InstanceProcess,
 ) -> None:

@@ -130,3 +130,41 @@ async def test_damage_names_the_segment_and_offset(tmp_path: Path) -> None:
         ]
     finally:
         journal.close_read_only()
+
+
+def _head(record: object) -> object:
+    if isinstance(record, PublishRecord):
+        return (
+            record.txid, record.timestamp_us, record.topic, record.publisher_id, record.seq,
+            record.expiration_s,
+        )  # fmt: skip
+    return record
+
+
+async def test_head_reads_are_journal_reads_with_publishes_as_heads(tmp_path: Path) -> None:
+    """Queue recovery's read (Q16): the same records in the same order as `Journal.read`, each
+    publish as (txid, timestamp_us, topic, publisher_id, seq, expiration_s)."""
+    journal = await mixed_journal(tmp_path, 600)
+    try:
+        for from_txid in (0, 1, 2, 7, 133, 599, 600, 601):
+            for limit in (1, 37, 10_000):
+                want = [_head(r) for r in journal.read(from_txid, limit)]
+                assert journal.read_heads(from_txid, limit) == want, (from_txid, limit)
+    finally:
+        await journal.close()
+
+
+def test_head_decode_refuses_what_decode_refuses() -> None:
+    """Damage in a publish is CorruptRecord at the same offset, heads or records: a checksum
+    that does not match, and a correlation id that is not UTF-8 under a matching checksum."""
+    good = codec.encode(PublishRecord(5, 9, "t", b"data", 3, 4, correlation_id="c"))
+    body = codec.encode(PublishRecord(6, 9, "t", b"data", 3, 5, correlation_id="\xe9"))[8:]
+    body = body.replace("\xe9".encode(), b"\xff\xfe")
+    not_utf8 = codec._MAGIC_CRC.pack(codec.MAGIC, codec._crc_value(body)) + body
+    for damaged in (good[:-3] + b"xyz", not_utf8):
+        buf = good + damaged
+        with pytest.raises(CorruptRecord) as records:
+            codec.decode(buf)
+        with pytest.raises(CorruptRecord) as heads:
+            codec.decode_heads(buf)
+        assert heads.value.offset == records.value.offset == len(good)

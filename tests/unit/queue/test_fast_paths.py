@@ -168,7 +168,7 @@ def test_bookmark_find_many_and_add_many_equal_one_call_each() -> None:
     txid = 0
     for _ in range(40):
         size = rng.randint(1, 30)
-        publishers = [rng.choice([3, 3, 3, 4]) for _ in range(size)]
+        publishers = [rng.choice([3, 3, 3, 4, 5]) for _ in range(size)]
         if rng.random() < 0.5:
             publishers = [publishers[0]] * size  # the usual batch: one publisher
         seqs = [txid + 1 + i + rng.choice([0, 0, 0, 5, -3]) for i in range(size)]
@@ -182,10 +182,12 @@ def test_bookmark_find_many_and_add_many_equal_one_call_each() -> None:
             below = rng.randint(0, txid)
             one.compact(keep, below)
             bulk.compact(keep, below)
-    assert one.items() == bulk.items()
+        assert one.items() == bulk.items()
+        assert list(one.export()[0]) == list(bulk.export()[0])  # runs in the same order
     assert one.entry_count == bulk.entry_count
-    marks = [(rng.choice([3, 4, 5]), rng.randint(-2, txid + 10)) for _ in range(3000)]
+    marks = [(rng.choice([3, 4, 5, 6]), rng.randint(-2, txid + 10)) for _ in range(3000)]
     assert bulk.find_many(marks) == [one.find(p, s) for p, s in marks]
+    assert [bulk.seen(p, s) for p, s in marks] == [one.seen(p, s) for p, s in marks]
 
 
 def test_append_available_equals_append_each() -> None:
@@ -217,6 +219,19 @@ def _ack_each(
         state.remove(slot, RemovalReason.ACKED, actions)
 
 
+def _publish_events(
+    engine: QueueEngine,
+    txids: list[int],
+    publisher_ids: list[int],
+    seqs: list[int],
+    timestamps_ms: list[int],
+    now_ms: int,
+) -> list[Action]:
+    """`QueueEngine.publish_plain` as it is specified: `handle_many` of the events."""
+    rows = zip(txids, publisher_ids, seqs, timestamps_ms, strict=True)
+    return engine.handle_many([MessagePublished(*row) for row in rows], now_ms)
+
+
 @contextlib.contextmanager
 def _without_fast_paths() -> Iterator[None]:
     """Engines built and driven inside take the general paths (the reference behaviour)."""
@@ -224,6 +239,7 @@ def _without_fast_paths() -> Iterator[None]:
         mock.patch.object(delivery, "_pump_fresh", return_value=0),
         mock.patch.object(acks, "_ack_plain", _ack_each),
         mock.patch.object(QueueState, "accepts_plain_inserts", return_value=False),
+        mock.patch.object(QueueEngine, "publish_plain", _publish_events),
     ):
         yield
 
@@ -231,9 +247,10 @@ def _without_fast_paths() -> Iterator[None]:
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_fast_paths_equal_the_general_paths(data: st.DataObject) -> None:
-    """Bulk publishes, the fresh-list pump and the plain ack decide exactly as the general
-    code does (Q6-Q10, Q13, Q14), step by step, in the shapes they take and the ones next to
-    them (expiration, queue MaxBacklog, deferred acks, replays, gaps, returned messages)."""
+    """Bulk publishes (events or columns), the fresh-list pump and the plain ack decide exactly
+    as the general code does (Q6-Q10, Q13, Q14), step by step, in the shapes they take and the
+    ones next to them (expiration, queue MaxBacklog, deferred acks, replays, gaps, returned
+    messages, a second publisher)."""
     semantics = data.draw(st.sampled_from(["at-least-once", "at-most-once"]))
     fairness = data.draw(st.sampled_from([None, "fast", "round-robin"]))
     policy = QueuePolicy(
@@ -259,10 +276,13 @@ def test_fast_paths_equal_the_general_paths(data: st.DataObject) -> None:
             for _ in range(size):
                 next_txid += data.draw(st.sampled_from([1, 1, 1, 3]))
                 own = data.draw(st.sampled_from([None, None, None, None, 50]))
-                txid = next_txid - data.draw(st.sampled_from([0, 0, 0, 0, 2]))  # a replay
+                txid = next_txid - data.draw(st.sampled_from([0, 0, 0, 0, 1, 2]))  # a replay
                 stamp = now_ms - data.draw(st.sampled_from([0, 0, 400]))
-                events.append(MessagePublished(txid, PUBLISHER, txid, stamp, expiration_ms=own))
-            steps.append(("many", events, now_ms))
+                # A second publisher now and then (a replicated queue has one per origin).
+                publisher = PUBLISHER + data.draw(st.sampled_from([0, 0, 0, 1]))
+                events.append(MessagePublished(txid, publisher, txid, stamp, expiration_ms=own))
+            plain = all(e.expiration_ms is None for e in events) and data.draw(st.booleans())
+            steps.append(("plain" if plain else "many", events, now_ms))
         elif kind == "sub":
             name = data.draw(st.sampled_from(["a", "b", "c"]))
             backlog = data.draw(st.integers(1, 5))
@@ -293,6 +313,12 @@ def test_fast_paths_equal_the_general_paths(data: st.DataObject) -> None:
 
 def _run_step(engine: QueueEngine, step: tuple[str, object, int]) -> list[Action]:
     kind, payload, now_ms = step
+    if kind == "plain":
+        events: list[MessagePublished] = payload  # type: ignore[assignment]
+        return engine.publish_plain(
+            [e.txid for e in events], [e.publisher_id for e in events],
+            [e.seq for e in events], [e.timestamp_ms for e in events], now_ms,
+        )  # fmt: skip
     if kind == "many":
         return engine.handle_many(payload, now_ms)  # type: ignore[arg-type]
     if kind == "one":

@@ -193,3 +193,31 @@ def test_recovery_writes_no_removal_records() -> None:
     actions: list[Action] = [RecordRemoval(1, RemovalReason.ACKED)]
     assert driver._execute(actions, NOW_MS, True) == 1
     assert instance.log == []
+
+
+async def test_replayed_heads_build_the_queue_that_records_build() -> None:
+    """Q16: recovery's heads (no record built) give the engine what whole records give it:
+    the same messages, bookmarks, ages (a timestamp from the future counts as now) and
+    expirations of their own."""
+    records = [
+        PublishRecord(t, WALL_US - 7_000 * t + (50_000 if t == 4 else 0), "orders", b"m",
+                      9 + t % 2, t * 10, expiration_s=60 if t in (3, 8) else 0)
+        for t in range(1, 13)
+    ]  # fmt: skip
+    heads = [
+        (r.txid, r.timestamp_us, r.topic, r.publisher_id, r.seq, r.expiration_s) for r in records
+    ]
+    for batches in ((records[:6], records[6:]), (records[:2], records[2:])):
+        by_records, _, _ = _driver({})
+        by_heads, _, _ = _driver({})
+        for driver in (by_records, by_heads):
+            driver.filter = driver.priority = driver.barrier = None
+            driver.engine = QueueEngine(QueuePolicy(expiration_ms=3_600_000))
+            driver._timer = driver._timer_at_ms = None
+        for batch in batches:
+            by_records.publish_many(batch, NOW_MS, recovering=True)
+            by_heads.publish_heads([heads[r.txid - 1] for r in batch], NOW_MS)
+        by_records.stop()
+        by_heads.stop()
+        assert by_heads.engine.snapshot() == by_records.engine.snapshot()
+        assert by_heads.engine.statistics(NOW_MS) == by_records.engine.statistics(NOW_MS)
