@@ -50,6 +50,7 @@ class RawReader:
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
+        self.next_txid = 0  # the txid after the last record read (where the next read starts)
         self._files = SegmentFiles(journal.segment_path, MAX_OPEN_FILES)
         self._file = self._files.file
 
@@ -79,6 +80,7 @@ class RawReader:
                 i += 1
                 continue
             txid = self._read_segment(segment, txid, min(upper_txid, segment.last_txid), out)
+        self.next_txid = txid
         return out, txid
 
     def _read_segment(self, segment: Segment, from_txid: int, last_txid: int,

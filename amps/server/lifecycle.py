@@ -35,22 +35,28 @@ class HoldRegistry:
     """Who still needs which part of the log (the journal lifecycle never removes it)."""
 
     def __init__(self) -> None:
-        self._sources: dict[str, HoldSource] = {}
+        self._sources: dict[int, tuple[str, HoldSource]] = {}
+        self._next_token = 0
 
     def register(self, holder: str, oldest_needed_txid: HoldSource) -> Callable[[], None]:
         """Add a hold named `holder` (e.g. "destination amps-2"); returns its unregister."""
-        assert holder not in self._sources, holder
-        self._sources[holder] = oldest_needed_txid
+        self._next_token += 1
+        token = self._next_token
+        self._sources[token] = (holder, oldest_needed_txid)
 
         def unregister() -> None:
-            self._sources.pop(holder, None)
+            self._sources.pop(token, None)
 
         return unregister
 
     def holds(self) -> list[Hold]:
-        """Every current hold, by holder name."""
-        found = ((holder, source()) for holder, source in sorted(self._sources.items()))
-        return [Hold(holder, txid) for holder, txid in found if txid is not None]
+        """Every current hold, by holder name (the oldest txid where a name holds twice)."""
+        oldest: dict[str, int] = {}
+        for holder, source in self._sources.values():
+            txid = source()
+            if txid is not None and txid < oldest.get(holder, txid + 1):
+                oldest[holder] = txid
+        return [Hold(holder, txid) for holder, txid in sorted(oldest.items())]
 
 
 @dataclass(slots=True)

@@ -37,11 +37,16 @@ CHUNK_BYTES = 1 << 20
 async def replay(instance: Instance, subscription: Subscription, start_txid: int) -> None:
     """Deliver journal records from start_txid, then switch the subscription to live."""
     reader = RawReader(instance.journal)
+    reader.next_txid = start_txid
+    # A replay in progress needs the log from where it reads: the lifecycle keeps it.
+    holder = f"replay {subscription.session.client_id}/{subscription.sub_id}"
+    unregister = instance.holds.register(holder, lambda: reader.next_txid)
     try:
         await _replay(instance, subscription, start_txid, reader)
     except errors.CorruptRecord as exc:
         _end_on_damage(instance, subscription, exc)
     finally:
+        unregister()
         reader.close()
 
 
