@@ -6,7 +6,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from amps.errors import InvalidBookmark
+from amps.errors import CorruptRecord, InvalidBookmark
 from amps.log.bookmarks import AtBookmark, AtTimestamp, BookmarkList, BookmarkSpec, Epoch, Now
 from amps.log.compressed import COMPRESSED_SUFFIX, CompressedSegment
 from amps.log.reader import Segment
@@ -65,6 +65,9 @@ def _keys(journal: Journal, segment: Segment, offset: int) -> Iterator[tuple[int
                 last = txid
                 if txid >= min(durable, segment.last_txid):
                     break
+        except CorruptRecord as exc:
+            where = f"in segment {exc.segment} at offset {exc.offset}"
+            raise CorruptRecord(f"{exc.message} {where}", exc.segment, exc.offset) from None
         finally:
             if compressed is not None:
                 compressed.close()

@@ -84,7 +84,7 @@ def iter_keys(
                         codec.frame_length(buf, off, len(buf))
                     return
             except CorruptRecord as exc:
-                raise CorruptRecord(exc.message, offset=pos + exc.offset) from None
+                raise CorruptRecord(exc.message, path.name, pos + exc.offset) from None
             # A frame longer than the chunk: read a larger window from it.
             size = size * 2 if off == 0 else SCAN_CHUNK_BYTES
             pos += off

@@ -115,6 +115,8 @@ class ClientService(client_pb2_grpc.AmpsServicer):
                 else:
                     handlers[kind](session, command)
             except errors.AmpsError as error:
+                if isinstance(error, errors.CorruptRecord):  # e.g. a bookmark lookup
+                    self.instance.damage.report(error, f"a {kind} command")
                 self.instance.statistics.rejected += 1
                 seq = command.publish.seq if kind == "publish" else 0
                 session.fail(error, command, seq=seq)

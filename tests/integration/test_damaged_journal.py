@@ -79,6 +79,11 @@ async def test_a_replay_through_damage_ends_with_an_error_naming_it(tmp_path: Pa
                 await asyncio.wait_for(_drain(subscription, received), TIMEOUT_S)
             assert 0 < len(received) < TOTAL
             assert "offset" in str(caught.value)
+            # A bookmark lookup that scans through the damage: a failed subscribe naming it.
+            publisher, seq, _ = received[-1].bookmark.split("|")
+            after = f"{publisher}|{int(seq) + 5}|"
+            with pytest.raises(errors.CorruptRecord, match=segment):
+                await client.subscribe("events", bookmark=after)
             # Everyone else carries on: a publish and a live subscription still work.
             live = await client.subscribe("events")
             await client.publish("events", b'{"id": "after"}')
