@@ -1,15 +1,19 @@
 """Queue acknowledgements on the wire: batches from `policy.AckBatcher`, sent on one timer.
 
-Every ack batch asks for a `processed` ack and is kept until that ack arrives. When the stream
-breaks, unconfirmed batches and acks made since are kept and sent again after the next logon, on
-the same or the next instance (D3): an ack that arrives there before its message is deferred by
-the instance, and one that finds the message already gone does nothing. Cancels are not sent
-again: the lost stream returned the message to the queue, which is what a cancel asks for (Q6).
+Sent acks are kept until the instance confirms them. The instance handles a stream's commands
+in order, so one `processed` ack confirms every ack sent before the one that asked for it: at
+most one request is outstanding, made at most every CONFIRM_EVERY_MS (a processed ack per ack
+would cost a frame per message at backlog 1). When the stream breaks, unconfirmed acks and those
+made since are sent again after the next logon, on the same or the next instance (D3): one
+whose message is already gone there does nothing, and one naming a message that instance never
+received is refused (UnknownBookmark) and dropped. Cancels are not sent again: the lost stream
+returned the message to the queue, which is what a cancel asks for (Q6).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 
 from amps.client import commands
@@ -17,6 +21,10 @@ from amps.client.connection import Connection
 from amps.client.policy import AckBatch, AckBatcher, ack_batch_size
 
 CANCEL = "cancel"
+# An ack batch asks the instance to confirm it (and all sent before it) at most this often,
+# or once this many batches wait, whichever comes first, with one request outstanding.
+CONFIRM_EVERY_MS = 100
+CONFIRM_AT_MOST = 1000
 
 
 class QueueAcker:
@@ -29,8 +37,12 @@ class QueueAcker:
         self._batcher = AckBatcher(timeout_ms=timeout_ms)
         self._next_cmd_id = next_cmd_id
         self._timer: asyncio.TimerHandle | None = None
-        # cmd_id -> (batch, option): sent, awaiting the instance's processed ack.
-        self._unconfirmed: dict[str, tuple[AckBatch, str]] = {}
+        # (number, batch, option) of each batch sent and not confirmed yet, in sending order.
+        self._unconfirmed: deque[tuple[int, AckBatch, str]] = deque()
+        self._sent_batches = 0
+        # (cmd_id, number of the batch that asked): the confirmation awaited, if any.
+        self._confirming: tuple[str, int] | None = None
+        self._asked_ms = -CONFIRM_EVERY_MS
         # Full batches made while disconnected, sent after the next logon.
         self._held: list[tuple[AckBatch, str]] = []
         self.sent_count = 0
@@ -40,8 +52,8 @@ class QueueAcker:
     @property
     def unconfirmed_count(self) -> int:
         """Acks sent or held that the instance has not confirmed yet (batched ones excluded)."""
-        batches = [*self._unconfirmed.values(), *self._held]
-        return sum(len(batch.bookmarks) for batch, _ in batches)
+        sent = sum(len(batch.bookmarks) for _, batch, _ in self._unconfirmed)
+        return sent + sum(len(batch.bookmarks) for batch, _ in self._held)
 
     def ack(
         self, conn: Connection | None, topic: str, bookmark: str, granted_max_backlog: int | None
@@ -80,13 +92,23 @@ class QueueAcker:
         return self._send(conn, self._batcher.take_all())
 
     def on_ack(self, cmd_id: str) -> bool:
-        """The instance processed (or refused) an ack batch; False when `cmd_id` is not one."""
-        return self._unconfirmed.pop(cmd_id, None) is not None
+        """The instance processed (or refused) the batch that asked, so every batch sent before
+        it is processed too; False when `cmd_id` is not that request."""
+        confirming = self._confirming
+        if confirming is None or cmd_id != confirming[0]:
+            return False
+        self._confirming = None
+        unconfirmed = self._unconfirmed
+        while unconfirmed and unconfirmed[0][0] <= confirming[1]:
+            unconfirmed.popleft()
+        return True
 
     def on_connection_lost(self) -> None:
         """Keep every ack the instance has not confirmed, for the next logon."""
         self.cancel_timer()
-        self._held[:0] = [item for item in self._unconfirmed.values() if item[1] != CANCEL]
+        self._confirming = None
+        kept = [(batch, option) for _, batch, option in self._unconfirmed if option != CANCEL]
+        self._held[:0] = kept
         self._unconfirmed.clear()
 
     def on_logon(self, conn: Connection) -> int:
@@ -105,15 +127,28 @@ class QueueAcker:
 
     def _send(self, conn: Connection, batches: list[AckBatch], option: str = "") -> int:
         count = 0
+        unconfirmed = self._unconfirmed
         for batch in batches:
-            cmd_id = self._next_cmd_id()
-            self._unconfirmed[cmd_id] = (batch, option)
+            self._sent_batches += 1
+            unconfirmed.append((self._sent_batches, batch, option))
+            cmd_id = self._confirmation_request() if self._confirming is None else ""
             conn.send_entry(
                 commands.queue_ack_entry(batch.topic, batch.bookmark_list, option, cmd_id)
             )
             count += len(batch.bookmarks)
         self.sent_count += count
         return count
+
+    def _confirmation_request(self) -> str:
+        """A cmd_id when the batch being sent should ask for its processed ack, else ""."""
+        now_ms = _now_ms()
+        due = now_ms - self._asked_ms >= CONFIRM_EVERY_MS
+        if not due and len(self._unconfirmed) < CONFIRM_AT_MOST:
+            return ""
+        self._asked_ms = now_ms
+        cmd_id = self._next_cmd_id()
+        self._confirming = (cmd_id, self._sent_batches)
+        return cmd_id
 
     def _arm(self, conn: Connection) -> None:
         deadline_ms = self._batcher.next_deadline_ms()

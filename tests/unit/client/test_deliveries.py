@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from amps import errors
-from amps.client import Client, Message, Subscription, commands
+from amps.client import Client, Message, Subscription, acks, commands
 from amps.client.bookmarks import FileBookmarkStore
 from amps.client.connection import Connection
 from amps.errors import ConnectionBroken
@@ -222,9 +222,7 @@ async def test_acks_are_batched_per_topic_capped_by_the_backlog() -> None:
         await message.ack()  # a second ack of the same message is a no-op
     sent = h.sent()
     assert [c.sow_delete.bookmark for c in sent] == ["7|1|,7|2|,7|3|", "7|4|,7|5|,7|6|"]
-    assert {(c.sow_delete.topic, c.sow_delete.options, c.ack_type) for c in sent} == {
-        ("work", "", "processed")
-    }
+    assert {(c.sow_delete.topic, c.sow_delete.options) for c in sent} == {("work", "")}
     await h.client.flush_acks()
     assert [c.sow_delete.bookmark for c in h.sent()] == ["7|7|"]
     assert h.client.statistics().acks_sent == 7
@@ -308,12 +306,37 @@ async def test_unconfirmed_acks_are_sent_again_after_a_reconnect_and_cancels_are
     await fourth.ack(expire=True)
     sent = h.sent()
     assert [c.sow_delete.bookmark for c in sent] == ["7|1|", "7|2|", "7|3|", "7|4|"]
-    assert len({c.cmd_id for c in sent}) == 4
+    # One confirmation request at a time: the first batch asks, the others do not.
+    assert [c.ack_type for c in sent] == ["processed", "", "", ""]
     h.receive(processed(sent[0]))  # the instance confirmed the first one only
     assert h.client._acks.unconfirmed_count == 3
     reconnect(h)
     resent = [(c.sow_delete.bookmark, c.sow_delete.options) for c in h.sent()]
     assert resent == [("7|2|", ""), ("7|4|", "expire")]
+    h.client._acks.cancel_timer()
+
+
+async def test_one_confirmation_confirms_every_ack_sent_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(acks, "CONFIRM_EVERY_MS", 0)  # ask whenever nothing is outstanding
+    h = Harness(ack_batch_size=1)
+    sub = h.subscription()
+    h.receive(*(delivery(f"7|{n}|") for n in range(1, 6)))
+    messages = [m for m in [await sub.get(0) for _ in range(5)] if m is not None]
+    for message in messages[:3]:
+        await message.ack()
+    first = h.sent()
+    assert [c.ack_type for c in first] == ["processed", "", ""]
+    h.receive(processed(first[0]))
+    for message in messages[3:]:
+        await message.ack()
+    later = h.sent()
+    assert [c.ack_type for c in later] == ["processed", ""]
+    h.receive(processed(later[0]))  # confirms 7|2|..7|4| as well: sent before it
+    assert h.client._acks.unconfirmed_count == 1  # 7|5|, sent after the request
+    reconnect(h)
+    assert [c.sow_delete.bookmark for c in h.sent()] == ["7|5|"]
     h.client._acks.cancel_timer()
 
 
