@@ -252,8 +252,7 @@ class LinkCore:
                 return self._on_frame(frame, now_ms)
             case LogAdvanced():
                 if self.state is not LinkState.READY:
-                    self._track_unacked(now_ms)  # a down destination falls behind (downgrade)
-                    return []
+                    return self._skip_unwanted(now_ms)
                 return self._fill(now_ms)
             case RecordsDurable(through_txid):
                 return self._on_records_durable(through_txid, now_ms)
@@ -466,6 +465,30 @@ class LinkCore:
         if self.acked_through_txid > acked_before:
             actions.append(PeerAcked(self.acked_through_txid))
         return actions
+
+    def _skip_unwanted(self, now_ms: int) -> list[Action]:
+        """A destination that is down holds only what it takes (L2): records it would not get
+        count as acknowledged up to the first one it would, and that one starts its age."""
+        route = self._route
+        acked_before = self.acked_through_txid
+        cursor = acked_before + 1
+        for _ in range(self.limits.max_reads_per_step if route is not None else 0):
+            if cursor > self.log.durable_txid:
+                break
+            records = self.log.read(cursor, self.limits.max_batch_records)
+            if not records:
+                break
+            assert route is not None
+            wanted = next((r for r in records if route.wants(r)), None)
+            if wanted is not None:
+                self.acked_through_txid = max(self.acked_through_txid, wanted.txid - 1)
+                break
+            self.acked_through_txid = records[-1].txid
+            cursor = records[-1].txid + 1
+        self._track_unacked(now_ms)  # a down destination falls behind (downgrade)
+        if self.acked_through_txid > acked_before:
+            return [PeerAcked(self.acked_through_txid)]
+        return []
 
     def _by_bookmark(self, record: QueueRecord) -> QueueRecord:
         """An ack names messages by local txid; the peer knows them by bookmark (L1)."""

@@ -340,3 +340,26 @@ def test_queue_acks_replicate_by_bookmark_matched_by_queue_name_not_filter() -> 
     assert [(b.publisher_id, b.seq) for b in ack.bookmarks] == [(7, 1), (7, 2)]
     assert ack.txids == ()
     assert ack.deliveries == ()
+
+
+def test_a_sync_destination_that_is_down_holds_only_what_it_takes() -> None:
+    """L2: while an archive that takes only `orders` is down, records of other topics count as
+    acknowledged (persisted acks for them are not held); the first `orders` record stops it."""
+    from dataclasses import replace
+
+    from amps.config.model import ReplicationTopicConfig
+    from replication.link_core import LogAdvanced
+
+    log = MemoryLog()
+    log.records = [PublishRecord(i, 0, "other", b"", 1, i, "a", "a", i) for i in range(1, 4)]
+    log.durable = 3
+    archive = replace(destination("z"), topics=(ReplicationTopicConfig("orders", "json"),))
+    core = LinkCore("a", "a", log, {"z": Route("a", archive)}, PositionBook(), "z")
+    assert core.handle(LogAdvanced(), 10) == [PeerAcked(3)]
+    assert core.oldest_unacked_ms(10) == 0
+    log.records.append(PublishRecord(4, 0, "orders", b"", 1, 4, "a", "a", 4))
+    log.records.append(PublishRecord(5, 0, "other", b"", 1, 5, "a", "a", 5))
+    log.durable = 5
+    assert core.handle(LogAdvanced(), 20) == []
+    assert core.acked_through_txid == 3
+    assert core.oldest_unacked_ms(120) == 100
