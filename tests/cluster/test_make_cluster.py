@@ -6,7 +6,9 @@ Ports are rewritten to free ones, so a test never takes the fixed ports."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -63,12 +65,13 @@ def cluster_tool(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], dict[i
         stderr=subprocess.STDOUT,
         text=True,
         env=process_env(),
+        start_new_session=True,  # its own process group: cleanup takes the instances too
     )
     try:
         yield process, mapping
     finally:
-        if process.poll() is None:
-            process.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
         if process.stdout is not None:
             process.stdout.close()
