@@ -27,11 +27,13 @@ _NOT_RETURNED_MASK = bytes(0 if b & IN_RETURNED else 1 for b in range(256))
 _NONZERO_MASK = bytes(0 if b == 0 else 1 for b in range(256))
 
 MIN_GARBAGE = 1024
+DEFERRED_CHECK = 1 << 20  # removals between checks while a replay defers them (Q16)
 
 
 def maybe_compact(state: QueueState) -> None:
     """Run whichever rebuilds are due; checked once per MIN_GARBAGE removals."""
-    if state.removals_since_check < MIN_GARBAGE:
+    every = DEFERRED_CHECK if state.compaction_deferred else MIN_GARBAGE
+    if state.removals_since_check < every:
         return
     state.removals_since_check = 0
     table = state.table

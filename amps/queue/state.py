@@ -76,6 +76,7 @@ class QueueState:
         self.last_txid = -1
         self.counters = Counters()
         self.removals_since_check = 0  # compaction is considered every so many removals
+        self.compaction_deferred = False  # while replaying: considered far less often
 
     # -- queries -------------------------------------------------------------------------
 

@@ -265,6 +265,8 @@ class QueueManager:
         self._stored.clear()
         position = min(starts.values())
         count = 0
+        for driver in self.drivers.values():
+            driver.engine.defer_compaction(True)
         # Queues without expressions need only each publish's head: no record built, no data
         # copied, and the engine takes them as columns (~3x faster per record).
         heads = all(driver.reads_heads for driver in self.drivers.values())
@@ -307,6 +309,8 @@ class QueueManager:
                     _replay(driver, batch, now_ms, heads=heads)
             last = records[-1]
             position = (last[0] if type(last) is tuple else last.txid) + 1
+        for driver in self.drivers.values():
+            driver.engine.defer_compaction(False)
         return count
 
     def _start_for(self, driver: QueueDriver, now_ms: int) -> int:

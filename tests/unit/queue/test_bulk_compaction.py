@@ -249,3 +249,33 @@ def test_bulk_compaction_out_of_order_acks(semantics: str, extra: str) -> None:
             ops.append(("remove", 2))
     ops += [("leave", 0, True), ("tick", 600), ("publish", 40), ("leave", 1, False)]
     _check(policy, ops, random.Random(7))
+
+
+def test_deferred_compaction_during_recovery_ends_where_checks_per_removal_end() -> None:
+    """Q16: a replay with compaction deferred decides the same, holds its garbage until the
+    end (or a million removals), then squeezes it out as the per-1024 checks would have."""
+    rng = random.Random(5)
+    engines = [QueueEngine(QueuePolicy()), QueueEngine(QueuePolicy())]
+    engines[1].defer_compaction(True)
+    txid = 0
+    for _ in range(30):
+        batch = list(range(txid + 1, txid + 1 + rng.randint(1, 400)))
+        txid = batch[-1]
+        gone = [t for t in range(1, txid + 1) if rng.random() < 0.4]
+        results = [
+            (
+                engine.publish_plain(batch, [7] * len(batch), batch, [0] * len(batch), 0),
+                engine.remove_recovered(gone, RemovalReason.ACKED, ExpireReason(0), 0),
+            )
+            for engine in engines
+        ]
+        assert results[0] == results[1]
+    held = engines[1]._state.table
+    assert held.removed_count > 2 * held.live_count  # nothing squeezed out while deferred
+    engines[1].defer_compaction(False)
+    for engine in engines:
+        engine.check_invariants()
+    assert engines[1].snapshot() == engines[0].snapshot()
+    assert engines[1].statistics(0) == engines[0].statistics(0)
+    assert engines[1].deliverable(10_000) == engines[0].deliverable(10_000)
+    assert held.removed_count <= held.live_count  # squeezed out at the end
