@@ -42,7 +42,8 @@ from replication.routing import NO_DIGEST, Route
 
 # Refusal codes, each with what it means; docs/reference/errors.md lists them (amps.tools).
 REFUSALS: dict[str, str] = {
-    "protocol": "the peer speaks another replication protocol version",
+    "protocol": "the peer speaks another replication protocol version, or sent a frame out "
+    "of order (before its Hello, a batch out of txid order, an ack of no batch in flight)",
     "self": "the peer has this instance's own Name (a link to itself, or two instances "
     "configured with one Name)",
     "wrong_peer": "the instance reached is not the one the destination names",
@@ -501,8 +502,14 @@ class LinkCore:
 
     def _on_ack(self, through_txid: int, now_ms: int) -> list[Action]:
         in_flight = self._in_flight
-        if not in_flight or through_txid < in_flight[0][1]:
-            return []  # an ack for batches of an earlier stream: nothing in flight matches
+        if all(through != through_txid for _, through in in_flight):
+            # Acks name the end of a batch in flight; anything else would let us count as
+            # delivered what the peer never received.
+            return self._refuse(
+                "protocol",
+                f"{self.local} and {self.peer}: an ack of txid {through_txid}, which ends no "
+                "batch in flight",
+            )
         while in_flight and in_flight[0][1] <= through_txid:
             in_flight.popleft()
         acked = through_txid if in_flight else self._cursor - 1
@@ -528,15 +535,21 @@ class LinkCore:
     # -- receiver ----------------------------------------------------------------------------
 
     def _on_batch(self, batch: Batch) -> list[Action]:
-        assert batch.through_txid > self.received_through_txid, (
-            batch.through_txid,
-            self.received_through_txid,
-        )
-        last: dict[str, OriginPosition] = {}
+        # A peer's frames are input, not our state: a batch out of order is refused, not asserted.
         previous = self.received_through_txid
+        txids = [record.txid for record in batch.records]
+        if (
+            batch.through_txid <= previous
+            or any(not previous < t <= batch.through_txid for t in txids)
+            or txids != sorted(set(txids))
+        ):
+            return self._refuse(
+                "protocol",
+                f"{self.local} and {self.peer}: a batch through txid {batch.through_txid} out of "
+                f"order after {previous}",
+            )
+        last: dict[str, OriginPosition] = {}
         for record in batch.records:
-            assert previous < record.txid <= batch.through_txid, (previous, record.txid)
-            previous = record.txid
             last[record.origin_instance] = OriginPosition(
                 record.origin_instance, record.origin_txid, record.txid
             )

@@ -363,3 +363,24 @@ def test_a_sync_destination_that_is_down_holds_only_what_it_takes() -> None:
     assert core.handle(LogAdvanced(), 20) == []
     assert core.acked_through_txid == 3
     assert core.oldest_unacked_ms(120) == 100
+
+
+def test_frames_out_of_order_from_the_peer_are_refused_not_asserted() -> None:
+    """Bad input never crashes an instance: a batch out of txid order, or an ack that ends no
+    batch in flight, closes the link with a `protocol` refusal naming both instances."""
+    for bad in (
+        Batch(1, 5, (PublishRecord(6, 0, "orders", b"", 1, 1, "b", "b", 6),)),
+        Batch(1, 5, (PublishRecord(3, 0, "o", b"", 1, 1, "b", "b", 3),) * 2),
+        Ack(42),
+    ):
+        net = pair()
+        net.connect("a", "b")
+        while net.deliver("a", "b") or net.deliver("b", "a"):
+            pass
+        core = net.instances["a"].links["b"]
+        actions = core.handle(FrameReceived(bad), 0)
+        refusal = sent(actions)[0]
+        assert isinstance(refusal, Refusal)
+        assert refusal.code == "protocol"
+        assert "a and b" in refusal.message
+        assert core.state is LinkState.IDLE
