@@ -19,7 +19,8 @@ AmpsError
 ├── ServerError            the instance's or a peer's fault
 │   ├── Unavailable        retriable
 │   ├── CorruptRecord      (segment, offset)
-│   └── JournalError       (fsync or write failure: fatal for the instance)
+│   ├── JournalError       (fsync or write failure: fatal for the instance)
+│   └── OwnershipProtocolError  a peer or the adapter broke the ownership rules (R2-R7)
 ├── ConnectionClosed       the client closed the connection itself
 └── ConnectionBroken       the instance or the network dropped it (retriable)
 ```
@@ -204,6 +205,13 @@ class JournalError(ServerError):
 
     code = "journal"
     reason = "tx store failure"
+
+
+class OwnershipProtocolError(ServerError):
+    """An ownership event that is illegal in the message's state; the state is unchanged."""
+
+    code = "ownership_protocol"
+    reason = "ownership protocol error"
 
 
 class ConnectionClosed(AmpsError):

@@ -21,8 +21,11 @@ CORE_MODULES = [
     "amps/client/policy.py",
     "amps/batching.py",
     "replication/frames.py",
+    "replication/latency.py",
     "replication/link_core.py",
+    "replication/ownership.py",
     "replication/positions.py",
+    "replication/reachability.py",
     "replication/routing.py",
 ]
 FORBIDDEN = {

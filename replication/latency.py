@@ -1,0 +1,97 @@
+"""R4's transfer latency: how long a replicated message typically waits here for its replicated
+ack, per queue and owner. A non-owner asks for a message only after it waited longer. [core]
+
+The estimate is the median of the last `window` samples (a sample: the time from a replicated
+message arriving to its ack arriving). A median, not a mean: one stalled consumer's hour-long
+lease would drag a mean far up and stop every transfer; a median ignores a few such outliers.
+A window, not all history: it follows the owner's consumers as load changes, within `window`
+acks. Until `min_samples` acks arrived the configured default is used (an owner with no
+consumers produces no acks, and its messages must still move). Memory is bounded: the window,
+and at most `max_tracked` arrivals waiting for their ack (the oldest is dropped first, so a
+message that is never acked here, for example one that expired, does not stay forever).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyOptions:
+    """Limits of one estimator, with units."""
+
+    default_ms: int = 1_000
+    window: int = 64
+    min_samples: int = 8
+    max_tracked: int = 65_536
+    min_ms: int = 1
+    max_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        assert 0 < self.min_samples <= self.window
+        assert self.max_tracked > 0
+        assert 0 <= self.min_ms <= self.default_ms <= self.max_ms
+
+
+class TransferLatency:
+    """The typical arrival-to-ack time of one owner's messages of one queue here."""
+
+    def __init__(self, options: LatencyOptions) -> None:
+        self.options = options
+        self._arrived_ms: OrderedDict[Hashable, int] = OrderedDict()
+        self._samples: deque[int] = deque(maxlen=options.window)
+        self._estimate_ms = options.default_ms
+        self.samples_total = 0
+
+    def arrived(self, key: Hashable, now_ms: int) -> None:
+        """A replicated message of this owner arrived here."""
+        self._arrived_ms[key] = now_ms
+        if len(self._arrived_ms) > self.options.max_tracked:
+            self._arrived_ms.popitem(last=False)
+
+    def acked(self, key: Hashable, now_ms: int) -> None:
+        """Its replicated ack arrived: one sample, if its arrival was tracked."""
+        arrived_ms = self._arrived_ms.pop(key, None)
+        if arrived_ms is None:
+            return
+        self._samples.append(max(0, now_ms - arrived_ms))
+        self.samples_total += 1
+        if len(self._samples) >= self.options.min_samples:
+            ordered = sorted(self._samples)
+            median = ordered[len(ordered) // 2]
+            self._estimate_ms = min(self.options.max_ms, max(self.options.min_ms, median))
+
+    def forget(self, key: Hashable) -> None:
+        """The message left without an ack here (expired, or owned here): no sample."""
+        self._arrived_ms.pop(key, None)
+
+    def estimate_ms(self) -> int:
+        """How long a message waits before a transfer may be requested (R4)."""
+        return self._estimate_ms
+
+    def waited_long_enough(self, arrived_ms: int, now_ms: int) -> bool:
+        """R4's time condition for a message that arrived here at `arrived_ms`."""
+        return now_ms - arrived_ms > self._estimate_ms
+
+    def tracked(self) -> int:
+        return len(self._arrived_ms)
+
+
+class TransferLatencies:
+    """One estimator per owner of one queue, all with the same options."""
+
+    def __init__(self, options: LatencyOptions) -> None:
+        self.options = options
+        self._by_owner: dict[str, TransferLatency] = {}
+
+    def of(self, owner: str) -> TransferLatency:
+        found = self._by_owner.get(owner)
+        if found is None:
+            found = self._by_owner[owner] = TransferLatency(self.options)
+        return found
+
+    def estimates_ms(self) -> dict[str, int]:
+        """Owner -> the current estimate, for metrics and the admin CLI."""
+        return {owner: e.estimate_ms() for owner, e in sorted(self._by_owner.items())}

@@ -1,0 +1,66 @@
+"""R4's transfer-latency estimator: default first, then the windowed median, bounded memory."""
+
+from __future__ import annotations
+
+from replication.latency import LatencyOptions, TransferLatencies, TransferLatency
+
+OPTIONS = LatencyOptions(default_ms=500, window=8, min_samples=4, max_tracked=16, max_ms=10_000)
+
+
+def sample(estimator: TransferLatency, key: int, wait_ms: int, at_ms: int = 0) -> None:
+    estimator.arrived(key, at_ms)
+    estimator.acked(key, at_ms + wait_ms)
+
+
+def test_starts_from_the_default_until_enough_samples() -> None:
+    """R4: an owner without acks still lets messages move after the configured default."""
+    estimator = TransferLatency(OPTIONS)
+    for key in range(3):
+        sample(estimator, key, 10)
+    assert estimator.estimate_ms() == 500
+    sample(estimator, 3, 10)
+    assert estimator.estimate_ms() == 10
+    assert estimator.waited_long_enough(arrived_ms=0, now_ms=11)
+    assert not estimator.waited_long_enough(arrived_ms=0, now_ms=10)
+
+
+def test_a_few_stalled_acks_do_not_move_the_median() -> None:
+    estimator = TransferLatency(OPTIONS)
+    for key, wait in enumerate([20, 20, 20, 20, 20, 9_000_000, 9_000_000]):
+        sample(estimator, key, wait)
+    assert estimator.estimate_ms() == 20
+
+
+def test_it_follows_a_change_of_load_within_the_window() -> None:
+    estimator = TransferLatency(OPTIONS)
+    for key in range(8):
+        sample(estimator, key, 20)
+    for key in range(8, 16):
+        sample(estimator, key, 300)
+    assert estimator.estimate_ms() == 300
+
+
+def test_memory_is_bounded_and_unacked_arrivals_age_out() -> None:
+    estimator = TransferLatency(OPTIONS)
+    for key in range(100):
+        estimator.arrived(key, key)
+    assert estimator.tracked() == 16
+    estimator.acked(0, 1_000)  # dropped long ago: no sample
+    assert estimator.samples_total == 0
+    estimator.forget(99)
+    assert estimator.tracked() == 15
+
+
+def test_the_estimate_is_clamped() -> None:
+    estimator = TransferLatency(OPTIONS)
+    for key in range(4):
+        sample(estimator, key, 50_000)
+    assert estimator.estimate_ms() == 10_000
+
+
+def test_one_estimator_per_owner() -> None:
+    latencies = TransferLatencies(OPTIONS)
+    for key in range(4):
+        sample(latencies.of("a"), key, 30)
+    latencies.of("c")
+    assert latencies.estimates_ms() == {"a": 30, "c": 500}

@@ -1,0 +1,228 @@
+"""The ownership machine: who may deliver a replicated queue's message (R2-R5, R7)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from amps.errors import OwnershipProtocolError
+from replication.ownership import (
+    AppendOwnership,
+    MessageEntered,
+    Offer,
+    OwnershipRecord,
+    OwnershipRecorded,
+    OwnershipState,
+    Removed,
+    SendOwnership,
+    TakerWaiting,
+    TransferKind,
+    TransferRequested,
+    Withdraw,
+)
+
+from .ownership_pair import TIMEOUT_MS, OwnershipCluster
+
+KEY = ("a", 7)
+S = OwnershipState
+
+
+def entered(cluster: OwnershipCluster, owner: str, key: tuple[str, int] = KEY) -> None:
+    for name in cluster.machines:
+        cluster.handle(name, MessageEntered(key, owner))
+
+
+def test_only_the_initial_owner_delivers() -> None:
+    """R2: a Queue message is owned where it was published, by that instance alone."""
+    cluster = OwnershipCluster("a", "b", "c")
+    entered(cluster, "a")
+    assert cluster.owners(KEY) == {"a"}
+    assert cluster.machines["b"].state_of(KEY) is S.OWNED_ELSEWHERE
+    assert cluster.machines["a"].statistics().owned == 1
+
+
+def test_the_owner_grants_only_the_first_request() -> None:
+    """R5: b asks first and gets it; c's later request is silence; every copy agrees."""
+    cluster = OwnershipCluster("a", "b", "c")
+    entered(cluster, "a")
+    cluster.handle("b", TakerWaiting(KEY))
+    cluster.handle("c", TakerWaiting(KEY))
+    cluster.deliver_all()
+    assert cluster.owners(KEY) == {"b"}
+    assert cluster.logged["a"] == [OwnershipRecord(KEY, TransferKind.GRANT, "a", "b", 1)]
+    assert cluster.machines["a"].state_of(KEY) is S.GRANTED
+    assert cluster.machines["c"].owner_of(KEY) == ("b", 1)
+    assert cluster.machines["c"].state_of(KEY) is S.OWNED_ELSEWHERE  # its request is moot
+    assert cluster.offered["b"] == [KEY]
+    assert cluster.withdrawn["a"] == [KEY]
+    stats = cluster.machines["a"].statistics()
+    assert (stats.requests_granted, stats.transferred_out, stats.owned) == (1, 1, 0)
+    assert cluster.machines["b"].statistics().transferred_in == 1
+
+
+def test_a_refused_request_does_not_use_up_the_first() -> None:
+    """R5: refused while a local subscriber could take it; the next request is granted."""
+    cluster = OwnershipCluster("a", "b")
+    entered(cluster, "a")
+    cluster.held["a"] = True
+    cluster.handle("b", TakerWaiting(KEY))
+    cluster.deliver_all()
+    assert cluster.owners(KEY) == {"a"}
+    assert cluster.logged["a"] == []  # a refusal is silence
+    cluster.now_ms += TIMEOUT_MS
+    cluster.perform("b", cluster.machines["b"].on_deadline(cluster.now_ms))
+    assert cluster.machines["b"].state_of(KEY) is S.OWNED_ELSEWHERE
+    assert cluster.machines["b"].statistics().requests_unanswered == 1
+    cluster.held["a"] = False
+    cluster.handle("b", TakerWaiting(KEY))
+    cluster.deliver_all()
+    assert cluster.owners(KEY) == {"b"}
+
+
+def test_a_request_is_not_sent_twice_while_outstanding() -> None:
+    """R4: one request per message until it is answered or times out."""
+    cluster = OwnershipCluster("a", "b")
+    entered(cluster, "a")
+    assert cluster.handle("b", TakerWaiting(KEY)) != []
+    assert cluster.handle("b", TakerWaiting(KEY)) == []
+    assert cluster.machines["b"].next_deadline_ms() == cluster.now_ms + TIMEOUT_MS
+
+
+def test_a_grant_is_logged_before_it_is_sent() -> None:
+    """Rule 5: Withdraw (local), then AppendOwnership, then SendOwnership of the same record."""
+    cluster = OwnershipCluster("a", "b")
+    entered(cluster, "a")
+    actions = cluster.handle("a", TransferRequested(KEY, "b", held_here=False))
+    record = OwnershipRecord(KEY, TransferKind.GRANT, "a", "b", 1)
+    assert actions == [Withdraw(KEY), AppendOwnership(record), SendOwnership(record)]
+
+
+def test_a_proxied_claim_is_logged_before_it_is_acted_on() -> None:
+    """R7: with the owner unreachable, the claim is appended, sent, then offered here."""
+    cluster = OwnershipCluster("a", "b")
+    entered(cluster, "a")
+    machine = cluster.machines["b"]
+    machine.proxied_transfer = True
+    machine.unreachable = frozenset({"a"})
+    actions = cluster.handle("b", TakerWaiting(KEY))
+    record = OwnershipRecord(KEY, TransferKind.CLAIM, "b", "b", 1)
+    assert actions == [AppendOwnership(record), SendOwnership(record), Offer(KEY)]
+    assert machine.state_of(KEY) is S.CLAIMED_BY_PROXY
+    assert machine.statistics().proxied_claims == 1
+
+
+def test_proxied_transfer_never_bypasses_a_reachable_owner() -> None:
+    """R7: enabled, but the owner is reachable: an ordinary request goes to it."""
+    cluster = OwnershipCluster("a", "b", "c")
+    entered(cluster, "a")
+    cluster.machines["b"].proxied_transfer = True
+    assert [type(a).__name__ for a in cluster.handle("b", TakerWaiting(KEY))] == [
+        "SendTransferRequest"
+    ]
+    # Nor does it grant for an owner it can reach.
+    assert cluster.handle("b", TransferRequested(KEY, "c", held_here=False)) == []
+
+
+def test_a_proxy_grants_for_an_unreachable_owner() -> None:
+    """R7: c asks b; a is down; b grants what it does not own, and everyone follows."""
+    cluster = OwnershipCluster("a", "b", "c")
+    entered(cluster, "a")
+    cluster.machines["b"].proxied_transfer = True
+    cluster.machines["b"].unreachable = frozenset({"a"})
+    cluster.handle("b", TransferRequested(KEY, "c", held_here=False))
+    cluster.deliver_all()
+    assert cluster.owners(KEY) == {"c"}
+    assert cluster.machines["a"].owner_of(KEY) == ("c", 1)
+
+
+def test_a_claim_and_a_grant_in_one_epoch_converge_on_the_lower_name() -> None:
+    """Rule 3 (seed 004's warning): a grants to c while b claims by proxy, both epoch 1."""
+    cluster = OwnershipCluster("a", "b", "c")
+    entered(cluster, "a")
+    b = cluster.machines["b"]
+    b.proxied_transfer = True
+    b.unreachable = frozenset({"a"})
+    cluster.handle("a", TransferRequested(KEY, "c", held_here=False))  # a grants c (epoch 1)
+    cluster.handle("b", TakerWaiting(KEY))  # b claims (epoch 1) and may deliver at once
+    cluster.deliver_all()
+    assert cluster.owners(KEY) == {"b"}  # "b" < "c": the claim wins everywhere
+    assert {m.owner_of(KEY) for m in cluster.machines.values()} == {("b", 1)}
+    assert cluster.withdrawn["c"] == [KEY]  # c was offered it, then lost it: the duplicate
+    assert cluster.machines["c"].statistics().superseded_records == 0
+    assert cluster.machines["b"].statistics().superseded_records == 1
+
+
+def test_a_higher_epoch_wins_whatever_the_name() -> None:
+    """Rule 3: epoch first; the name breaks ties only."""
+    cluster = OwnershipCluster("a", "b", "z")
+    entered(cluster, "a")
+    late = OwnershipRecord(KEY, TransferKind.GRANT, "b", "z", 2)
+    early = OwnershipRecord(KEY, TransferKind.GRANT, "a", "b", 1)
+    for record in (late, early):  # arriving in either order ends the same
+        cluster.handle("a", OwnershipRecorded(record))
+    assert cluster.machines["a"].owner_of(KEY) == ("z", 2)
+
+
+def test_a_record_that_overtakes_its_message_is_applied_when_it_enters() -> None:
+    """A grant can arrive by another path before the publish; it waits for it."""
+    cluster = OwnershipCluster("c")
+    record = OwnershipRecord(KEY, TransferKind.GRANT, "a", "c", 1)
+    assert cluster.handle("c", OwnershipRecorded(record)) == []
+    assert cluster.machines["c"].state_of(KEY) is None
+    cluster.handle("c", MessageEntered(KEY, "a"))
+    assert cluster.owners(KEY) == {"c"}
+
+
+def test_recovery_replays_this_instances_own_records() -> None:
+    """Rebuilt from the log: its own grant means GRANTED, its own claim CLAIMED_BY_PROXY."""
+    cluster = OwnershipCluster("a")
+    cluster.handle("a", MessageEntered(KEY, "a"))
+    cluster.handle("a", OwnershipRecorded(OwnershipRecord(KEY, TransferKind.GRANT, "a", "b", 1)))
+    assert cluster.machines["a"].state_of(KEY) is S.GRANTED
+    other = ("b", 1)
+    cluster.handle("a", MessageEntered(other, "b"))
+    cluster.handle("a", OwnershipRecorded(OwnershipRecord(other, TransferKind.CLAIM, "a", "a", 1)))
+    assert cluster.machines["a"].state_of(other) is S.CLAIMED_BY_PROXY
+    cluster.machines["a"].check_invariants()
+
+
+def test_an_ack_before_the_message_keeps_it_removed() -> None:
+    """Deferred acks: a message acked before it arrived never becomes owned or offered."""
+    cluster = OwnershipCluster("a")
+    cluster.handle("a", Removed(KEY))
+    cluster.handle("a", MessageEntered(KEY, "a"))
+    assert cluster.machines["a"].state_of(KEY) is S.REMOVED
+    assert not cluster.machines["a"].owned_here(KEY)
+    record = OwnershipRecord(KEY, TransferKind.GRANT, "b", "a", 3)
+    assert cluster.handle("a", OwnershipRecorded(record)) == []
+
+
+def test_illegal_events_raise_and_change_nothing() -> None:
+    """Rule 7: a taker waiting on the owner, or a request from itself, is a protocol error."""
+    cluster = OwnershipCluster("a")
+    cluster.handle("a", MessageEntered(KEY, "a"))
+    machine = cluster.machines["a"]
+    before = machine.statistics()
+    with pytest.raises(OwnershipProtocolError, match=r"TakerWaiting.*owned_here"):
+        machine.handle(TakerWaiting(KEY), 1)
+    with pytest.raises(OwnershipProtocolError, match="from itself"):
+        machine.handle(TransferRequested(KEY, "a", held_here=False), 1)
+    with pytest.raises(OwnershipProtocolError, match="malformed"):
+        machine.handle(OwnershipRecorded(OwnershipRecord(KEY, TransferKind.GRANT, "b", "b", 0)), 1)
+    with pytest.raises(OwnershipProtocolError):
+        machine.handle(MessageEntered(KEY, "a"), 1)
+    assert machine.state_of(KEY) is S.OWNED_HERE
+    assert machine.statistics() == before
+
+
+def test_the_state_diagram_is_current() -> None:
+    """docs/design/ownership-states.md is rendered from TRANSITIONS."""
+    path = Path(__file__).resolve().parents[3] / "docs" / "design" / "ownership_diagram.py"
+    spec = importlib.util.spec_from_file_location("ownership_diagram", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0
