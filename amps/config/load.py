@@ -153,7 +153,10 @@ def _read_root(reader: Reader, root: Element) -> Config | None:
     check_actions_against_queues(reader, actions, tuple(item.queue for item in queues))
     if hit := fields.one("Replication"):
         replication, replicated_topics = parse_replication(reader, *hit)
-        check_replication_against_log(reader, replicated_topics, log)
+        local_queues = frozenset(
+            q.name for q in (item.queue for item in queues) if q.kind == "LocalQueue"
+        )
+        check_replication_against_log(reader, replicated_topics, log, local_queues)
         check_destinations(reader, replication, name, transports)
     reserved: list[RawElement] = [
         reader.raw(*hit) for tag in RESERVED_SECTIONS if (hit := fields.one(tag))

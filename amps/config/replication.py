@@ -183,10 +183,20 @@ def check_replication_against_log(
     reader: Reader,
     topics: list[tuple[str, ReplicationTopicConfig]],
     log: TransactionLogConfig | None,
+    local_queues: frozenset[str] = frozenset(),
 ) -> None:
-    """§1.7: a replicated literal topic must be recorded in the local transaction log."""
+    """§1.7: a replicated literal topic must be recorded in the local transaction log; R2: it
+    must not name a LocalQueue (never replicated: each instance delivers its own copy)."""
     for path, topic in topics:
         if is_regex(topic.name):
-            continue  # a regex replicates whichever recorded topics it matches
+            continue  # a regex replicates whichever recorded topics it matches (data only)
+        if topic.name in local_queues:
+            reader.error(
+                path,
+                topic.name,
+                "not a LocalQueue (a LocalQueue is never replicated; replicate its "
+                "UnderlyingTopic to copy the data only)",
+            )
+            continue
         if log is None or not log.records_topic(topic.name):
             reader.error(path, topic.name, "a topic recorded in the local TransactionLog")

@@ -520,6 +520,26 @@ def test_replication_errors() -> None:
     )
 
 
+def test_a_destination_naming_a_local_queue_is_refused() -> None:
+    """R2, issue 9: a LocalQueue is never replicated; a literal Topic naming it is a start-up
+    error, while a regex that also matches it (or its underlying topic) replicates data only."""
+    sow = (
+        "<SOW><LocalQueue><Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic>"
+        f"{JSON}</LocalQueue></SOW>"
+    )
+
+    def with_topic(name: str) -> str:
+        return document(
+            sow + "<Replication><Destination><Name>b</Name><SyncType>sync</SyncType>"
+            f"{TRANSPORT}<Topic><Name>{name}</Name>{JSON}</Topic></Destination></Replication>"
+        )
+
+    error = assert_error(with_topic("work"), f"{D}/Topic[1]/Name", "not a LocalQueue")
+    assert "replicate its UnderlyingTopic" in error.message
+    load_config(with_topic("orders"))
+    load_config(with_topic("^(work|orders)$"))
+
+
 def test_destination_group_defaults_to_name_and_name_to_group() -> None:
     by_name = load_config(replication(f"<Name>b</Name><SyncType>sync</SyncType>{TRANSPORT}"))
     by_group = load_config(replication(f"<Group>G</Group><SyncType>sync</SyncType>{TRANSPORT}"))
