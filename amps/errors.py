@@ -14,6 +14,7 @@ AmpsError
 │   ├── LogonRequired
 │   ├── UnknownCommand
 │   ├── NotEntitled
+│   ├── AuthenticationFailed  (unknown user and wrong password alike)
 │   ├── NotAQueue
 │   └── UnknownBookmark
 ├── ServerError            the instance's or a peer's fault
@@ -157,6 +158,15 @@ class NotEntitled(ClientError):
 
     code = "not_entitled"
     reason = "not entitled"
+
+
+class AuthenticationFailed(ClientError):
+    """A logon whose user and password do not match the users file (or too many attempts).
+
+    The same answer whether the user is unknown or the password wrong (S7)."""
+
+    code = "auth_failure"
+    reason = "auth failure"
 
 
 class NotAQueue(ClientError):

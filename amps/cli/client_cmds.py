@@ -30,8 +30,35 @@ STDIN_CHUNK_BYTES = 1 << 16
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _credentials_callback(ctx: click.Context, _param: click.Parameter, user: str | None) -> None:
+    """--user: the password comes from AMPS_PASSWORD or a prompt, never from an argument."""
+    if not user:
+        return
+    password = os.environ.get("AMPS_PASSWORD")
+    if password is None:
+        if not sys.stdin.isatty():
+            raise click.UsageError(
+                "--user needs the password in AMPS_PASSWORD (standard input is not a terminal)"
+            )
+        password = click.prompt(f"password for {user}", hide_input=True)
+    ctx.meta["amps.credentials"] = {"user": user, "password": password}
+
+
+def _credential(key: str) -> str:
+    """The user or password given with --user ("" without --user)."""
+    found: dict[str, str] = click.get_current_context().meta.get("amps.credentials", {})
+    return found.get(key, "")
+
+
 def _connection_options(command: F) -> F:
-    """--server, --client-name and --connect-timeout, shared by every client command."""
+    """--server, --client-name, --connect-timeout and --user, shared by every client command."""
+    command = click.option(
+        "--user",
+        envvar="AMPS_USER",
+        expose_value=False,
+        callback=_credentials_callback,
+        help="User to log on as (env AMPS_USER); the password from AMPS_PASSWORD or a prompt.",
+    )(command)
     command = click.option(
         "--connect-timeout",
         type=click.FloatRange(min=0.1),
@@ -152,7 +179,12 @@ async def _publish(
     def report(failure: PublishFailure) -> None:
         click.echo(f"amps: message {failure.seq} rejected: {failure.error}", err=True)
 
-    client = Client(client_name or _default_name("publish"), publish_failed_callback=report)
+    client = Client(
+        client_name or _default_name("publish"),
+        user=_credential("user"),
+        password=_credential("password"),
+        publish_failed_callback=report,
+    )
     status = await _connect(client, servers, connect_timeout)
     if status is not None:
         return status
@@ -302,7 +334,12 @@ async def _subscribe(
     from amps.errors import AmpsError
 
     try:
-        client = Client(client_name or _default_name("subscribe"), bookmark_store=bookmark_store)
+        client = Client(
+            client_name or _default_name("subscribe"),
+            user=_credential("user"),
+            password=_credential("password"),
+            bookmark_store=bookmark_store,
+        )
     except (OSError, ValueError) as error:
         click.echo(f"amps: bookmark store: {error}", err=True)
         return EXIT_REFUSED
@@ -342,7 +379,12 @@ async def _ping(servers: str, client_name: str | None, connect_timeout: float) -
     from amps.client import Client
 
     started = time.monotonic()
-    client = Client(client_name or _default_name("ping"), reconnect=False)
+    client = Client(
+        client_name or _default_name("ping"),
+        user=_credential("user"),
+        password=_credential("password"),
+        reconnect=False,
+    )
     status = await _connect(client, servers, connect_timeout)
     if status is not None:
         return status
@@ -419,7 +461,12 @@ async def _query(
     from amps.client import Client
     from amps.errors import AmpsError
 
-    client = Client(client_name or _default_name("query"), reconnect=False)
+    client = Client(
+        client_name or _default_name("query"),
+        user=_credential("user"),
+        password=_credential("password"),
+        reconnect=False,
+    )
     status = await _connect(client, servers, connect_timeout)
     if status is not None:
         return status

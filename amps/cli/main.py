@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "expr": ("amps.cli.expr_cmd", "expr"),
     "journal": ("amps.cli.journal_cmd", "journal"),
     "admin": ("amps.cli.admin_cmds", "admin"),
+    "users": ("amps.cli.users_cmd", "users"),
 }
 
 

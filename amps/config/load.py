@@ -28,6 +28,7 @@ from amps.config.replication import (
 )
 from amps.config.sections import (
     parse_admin,
+    parse_authentication,
     parse_name,
     parse_transaction_log,
     parse_transports,
@@ -39,14 +40,21 @@ ROOT = "AMPSConfig"
 DOCUMENT = "(document)"
 # Sections a later issue interprets; kept as written so they are not silently dropped.
 RESERVED_SECTIONS = (
-    "Authentication",
     "Entitlement",
     "Logging",
     "Modules",
     "MessageTypes",
     "Tuning",
 )
-TYPED_SECTIONS = ("Admin", "Transports", "TransactionLog", "SOW", "Actions", "Replication")
+TYPED_SECTIONS = (
+    "Admin",
+    "Authentication",
+    "Transports",
+    "TransactionLog",
+    "SOW",
+    "Actions",
+    "Replication",
+)
 # Real configurations are a few kilobytes; a file past this is the wrong file.
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 SLOW_CLIENT_ELEMENTS = ("MessageMemoryLimit", "ClientMaxCapacity")
@@ -143,6 +151,9 @@ def _read_root(reader: Reader, root: Element) -> Config | None:
     replication: ReplicationConfig | None = None
     if hit := fields.one("Admin"):
         admin = parse_admin(reader, *hit)
+    authentication = (
+        parse_authentication(reader, *hit) if (hit := fields.one("Authentication")) else None
+    )
     if hit := fields.one("Transports"):
         transports = parse_transports(reader, *hit)
     if hit := fields.one("TransactionLog"):
@@ -179,6 +190,7 @@ def _read_root(reader: Reader, root: Element) -> Config | None:
         actions=action_configs,
         replication=replication,
         reserved=tuple(reserved),
+        authentication=authentication,
         message_memory_limit_bytes=memory_limit,
         client_max_capacity_percent=capacity_percent,
     )

@@ -44,6 +44,14 @@ class AdminConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthenticationConfig:
+    """`Authentication`: where the users are (`UsersFile`), or `Mode none` to run without (S1)."""
+
+    users_file: str | None = None
+    mode: Literal["users", "none"] = "users"
+
+
+@dataclass(frozen=True, slots=True)
 class TransportConfig:
     """`Transports/Transport`: a listener for clients (grpc) or for incoming replication."""
 
@@ -226,6 +234,7 @@ class Config:
     actions: tuple[ActionConfig, ...] = ()
     replication: ReplicationConfig | None = None
     reserved: tuple[RawElement, ...] = ()
+    authentication: AuthenticationConfig | None = None
     # Slow-client limits (AMPS-REFERENCE §1.1, §8): bytes queued to all clients and not yet
     # written (None = the instance's default), and the percentage of it one client may hold.
     message_memory_limit_bytes: int | None = None

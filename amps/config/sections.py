@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import cast
+from typing import Literal, cast
 from xml.etree.ElementTree import Element
 
 from amps.config.model import (
     GIB,
     KIB,
     AdminConfig,
+    AuthenticationConfig,
     InetAddr,
     MessageType,
     TopicConfig,
@@ -96,6 +97,18 @@ def parse_admin(reader: Reader, path: str, element: Element) -> AdminConfig:
         file_name=reader.value(fields, "FileName", str, ":memory:"),
         interval_ms=reader.value(fields, "Interval", duration(10**6, 10**9, "1s"), 10_000),
     )
+
+
+def parse_authentication(reader: Reader, path: str, element: Element) -> AuthenticationConfig:
+    """`Authentication`: `UsersFile` (the users, see amps users), or `Mode none` explicitly."""
+    fields = reader.children(element, path, single=("UsersFile", "Mode"))
+    users_file = reader.optional(fields, "UsersFile", str)
+    mode = reader.value(fields, "Mode", choice("users", "none"), "users")
+    if mode == "users" and users_file is None:
+        reader.error(f"{path}/UsersFile", None, "a UsersFile (or <Mode>none</Mode> to run open)")
+    if mode == "none" and users_file is not None:
+        reader.error(f"{path}/Mode", mode, "Mode users with a UsersFile (or no UsersFile)")
+    return AuthenticationConfig(users_file, cast(Literal["users", "none"], mode))
 
 
 def parse_transports(reader: Reader, path: str, element: Element) -> tuple[TransportConfig, ...]:

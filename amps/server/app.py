@@ -169,6 +169,21 @@ class Server:
         journal = self._open_journal()
         journal.on_fsync = self._observe_fsync
         self.instance = Instance(self.config, journal, self._on_fatal)
+        authentication = self.config.authentication
+        if authentication is not None and authentication.users_file is not None:
+            from amps.server.auth import Authenticator
+
+            try:
+                self.instance.authenticator = Authenticator(
+                    Path(authentication.users_file), self._journal_directory()
+                )
+            except errors.ConfigError as exc:
+                fatal(FatalReason.CONFIG_INVALID, exc.message)
+        elif authentication is not None:
+            log.warning(
+                "authentication is off (Authentication/Mode none): anyone who can reach "
+                "this instance can publish, read and acknowledge anything"
+            )
         try:
             await self.instance.start(self._journal_directory())
         except errors.CorruptRecord as exc:

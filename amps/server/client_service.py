@@ -16,7 +16,7 @@ from amps.server.instance import Instance, now_us
 from amps.server.replay import replay
 from amps.server.session import Session
 from amps.server.subscriptions import Subscription
-from amps.server.topics import is_regex, topic_matcher
+from amps.server.topics import EntitledTopic, is_regex, topic_matcher
 from amps.v1 import client_pb2 as pb
 from amps.v1 import client_pb2_grpc
 
@@ -125,7 +125,37 @@ class ClientService(client_pb2_grpc.AmpsServicer):
 
     def _on_logon(self, session: Session, command: pb.Command) -> None:
         logon = command.logon
-        self.instance.logon(session, logon.client_name, logon.user_id)
+        authenticator = self.instance.authenticator
+        if authenticator is None:
+            self.instance.logon(session, logon.client_name, logon.user_id)
+            self._logged_on(session, command)
+            return
+        # The password check runs in a thread: the commands that follow in this frame are
+        # refused (logon must be acknowledged first), which is what clients wait for anyway.
+        self.instance.check_client_name(logon.client_name)
+        session.spawn(self._authenticate(session, command))
+
+    async def _authenticate(self, session: Session, command: pb.Command) -> None:
+        authenticator = self.instance.authenticator
+        assert authenticator is not None
+        logon = command.logon
+        try:
+            entitlements = await authenticator.authenticate(
+                session.peer, logon.user_id, logon.password
+            )
+            if session.outbox.closed:
+                return
+            session.entitlements = entitlements
+            self.instance.logon(session, logon.client_name, logon.user_id)
+        except errors.AmpsError as error:
+            self.instance.statistics.rejected += 1
+            session.fail(error, command)
+            if isinstance(error, errors.AuthenticationFailed):
+                session.outbox.close()  # S7: no second try on the same connection
+            return
+        self._logged_on(session, command)
+
+    def _logged_on(self, session: Session, command: pb.Command) -> None:
         seq = self.instance.last_persisted_seq(session)
         session.acked_seq = seq
         session.send(
@@ -143,6 +173,9 @@ class ClientService(client_pb2_grpc.AmpsServicer):
         request = command.subscribe
         sub_id = request.sub_id or command.cmd_id or session.new_sub_id()
         queues = self.instance.queues
+        entitlements = session.entitlements
+        if entitlements is not None and not is_regex(request.topic):
+            _require_read(session, request.topic)
         if not request.bookmark and request.topic in queues:
             # Q2, Q4: a subscription to a queue's name without a bookmark is a queue subscription.
             queues.subscribe(session, command, sub_id)
@@ -155,6 +188,9 @@ class ClientService(client_pb2_grpc.AmpsServicer):
             # L7: a bookmark subscription to a queue replays its underlying topic as pub/sub.
             topic = queues.drivers[request.topic].config.underlying_topic
         matcher = topic_matcher(topic)
+        if entitlements is not None and is_regex(topic):
+            # S2: a regex subscription receives only the topics its user may read.
+            matcher = EntitledTopic(matcher, entitlements.can_read)
         compiled = self.instance.compile_filter(request.filter) if request.filter else None
         start_txid = None
         if request.bookmark:
@@ -215,10 +251,19 @@ class ClientService(client_pb2_grpc.AmpsServicer):
         session.processed(command)
 
     def _on_sow_delete(self, session: Session, command: pb.Command) -> None:
+        # Q18: read on a queue entitles to acknowledging its messages.
+        _require_read(session, command.sow_delete.topic)
         self.instance.sow_delete(session, command)
 
     def _on_sow(self, session: Session, command: pb.Command) -> None:
+        _require_read(session, command.sow.topic)
         self.instance.sow(session, command)
+
+
+def _require_read(session: Session, topic: str) -> None:
+    entitlements = session.entitlements
+    if entitlements is not None and not entitlements.can_read(topic):
+        raise errors.NotEntitled(f"user {session.user_id!r} may not read {topic!r}")
 
 
 def add_to_server(service: ClientService, server: grpc.aio.Server) -> None:

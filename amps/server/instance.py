@@ -37,6 +37,7 @@ from amps.v1 import client_pb2 as pb
 if TYPE_CHECKING:
     from amps.config import Config
     from amps.expr import Filter
+    from amps.server.auth import Authenticator
     from amps.server.session import Session
     from replication.link import Replicator
 
@@ -107,6 +108,8 @@ class Instance:
         self.lifecycle = JournalLifecycle(journal, self.holds, now_us)
         # The replication links (set by the server when replication is configured).
         self.replicator: Replicator | None = None
+        # Logon checks and name bindings (set by the server when a UsersFile is configured).
+        self.authenticator: Authenticator | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -139,12 +142,20 @@ class Instance:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def logon(self, session: Session, client_name: str, user_id: str) -> None:
-        """L6: one connection per client name; same user replaces, another user is refused."""
+    def check_client_name(self, client_name: str) -> None:
+        """A client name a logon may use, or InvalidOptions."""
         if not client_name:
             raise errors.InvalidOptions("no client name")
         if (problem := name_problem(client_name, spaces=True)) is not None:
             raise errors.InvalidOptions(f"client name: expected {problem}")
+
+    def logon(self, session: Session, client_name: str, user_id: str) -> None:
+        """L6: one connection per client name; same user replaces, another user is refused.
+        With authentication, a name belongs to the first user that used it (S3)."""
+        self.check_client_name(client_name)
+        authenticator = self.authenticator
+        if authenticator is not None and not authenticator.bindings.claim(client_name, user_id):
+            raise errors.NameInUse(f"client name {client_name!r} belongs to another user")
         current = self.sessions_by_name.get(client_name)
         if current is not None and current is not session:
             if current.user_id != user_id:
@@ -205,6 +216,9 @@ class Instance:
         topic = publish.topic
         validate_topic_name(topic)
         topic = self.queues.publish_target(topic)
+        entitlements = session.entitlements
+        if entitlements is not None and not entitlements.can_write(topic):
+            raise errors.NotEntitled(f"user {session.user_id!r} may not publish to {topic!r}")
         own_seq = publish.seq
         if not self.records_topic(topic):
             self._publish_unrecorded(session, topic, data, own_seq, now_us, publish)

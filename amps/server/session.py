@@ -16,6 +16,7 @@ from amps.server.wire import message_entry
 from amps.v1 import client_pb2 as pb
 
 if TYPE_CHECKING:
+    from amps.security.users import Entitlements
     from amps.server.instance import Instance
     from amps.server.subscriptions import Subscription
 
@@ -29,6 +30,8 @@ class Session:
         self.outbox = Outbox(instance.send_budget, peer)
         self.client_name = ""
         self.user_id = ""
+        # What the authenticated user may do; None when the instance has no authentication.
+        self.entitlements: Entitlements | None = None
         self.publisher_id = 0
         self.logged_on = False
         self.gone = False  # Instance.disconnected ran

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Protocol
 
 from amps.errors import InvalidTopic
@@ -47,6 +48,19 @@ class RegexTopic:
 
     def matches(self, topic: str) -> bool:
         return self._pattern.search(topic) is not None
+
+
+class EntitledTopic:
+    """A subscription topic narrowed to the topics its user may read (S2): a regex subscription
+    never receives a topic the user is not entitled to."""
+
+    def __init__(self, inner: TopicMatcher, can_read: Callable[[str], bool]) -> None:
+        self.text = inner.text
+        self._inner = inner
+        self._can_read = can_read
+
+    def matches(self, topic: str) -> bool:
+        return self._inner.matches(topic) and self._can_read(topic)
 
 
 def is_regex(text: str) -> bool:

@@ -24,6 +24,7 @@ CORE_MODULES = [
     "replication/latency.py",
     "replication/link_core.py",
     "replication/ownership.py",
+    "amps/security/users.py",
     "replication/positions.py",
     "replication/reachability.py",
     "replication/routing.py",

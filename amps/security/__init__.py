@@ -1,0 +1,1 @@
+"""Users, password hashes and entitlements (issue 12)."""
