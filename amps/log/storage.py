@@ -298,7 +298,7 @@ class SegmentWriter:
 
     def _open(self, first_txid: int) -> int:
         """Open a segment for appending; an empty one gets its segment header first (the
-        journal counts it: see `new_builder`)."""
+        journal's builder counts it with `add_control`)."""
         path = self.directory / segment_name(first_txid)
         existed = path.exists()
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
