@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import grpc
 
 from amps.config.actions import DO_DOWNGRADE, DO_UPGRADE, ON_SCHEDULE, interval_ms
+from amps.errors import CorruptRecord
 from amps.log.records import Record
 from amps.v1 import replication_pb2 as pb
 from amps.v1 import replication_pb2_grpc as pb_grpc
@@ -428,7 +429,15 @@ class Replicator:
 
     def _step(self, session: _Session, event: object) -> None:
         core = session.core
-        actions = core.handle(event, self.instance.now_ms())  # type: ignore[arg-type]
+        try:
+            actions = core.handle(event, self.instance.now_ms())  # type: ignore[arg-type]
+        except CorruptRecord as exc:
+            # Catching the peer up met a damaged record: the link cannot send past it (a gap
+            # would break R10). Reported once (log, metric), and this stream ends; it must not
+            # escape into the commit path (log_advanced) or end the reader silently.
+            self.instance.damage.report(exc, f"replication to {core.peer}")
+            session.outgoing.put_nowait(None)
+            return
         self._execute(session, actions)
         if core.wants_to_send:
             self._loop.call_soon(self._continue, session)
