@@ -203,7 +203,10 @@ class Replicator:
         now_ms = self.instance.now_ms()
         for peer, core in self.cores.items():
             if core.sends and peer not in self._sessions:
-                core.handle(LogAdvanced(), now_ms)  # only counts how long it is behind
+                try:
+                    core.handle(LogAdvanced(), now_ms)  # only counts how long it is behind
+                except CorruptRecord as exc:  # never into the commit path
+                    self._damaged(core, exc, None)
 
     def sync_acked_txid(self, durable_txid: int) -> int:
         """L2: the txid up to which every sync (not downgraded) destination holds the log."""
@@ -432,16 +435,20 @@ class Replicator:
         try:
             actions = core.handle(event, self.instance.now_ms())  # type: ignore[arg-type]
         except CorruptRecord as exc:
-            # Catching the peer up met a damaged record: the link cannot send past it (a gap
-            # would break R10). Reported once (log, metric), and this stream ends; it must not
-            # escape into the commit path (log_advanced) or end the reader silently.
-            self.instance.damage.report(exc, f"replication to {core.peer}")
-            session.outgoing.put_nowait(None)
+            self._damaged(core, exc, session)
             return
         self._execute(session, actions)
         if core.wants_to_send:
             self._loop.call_soon(self._continue, session)
         self._arm(session)
+
+    def _damaged(self, core: LinkCore, error: CorruptRecord, session: _Session | None) -> None:
+        """Catching the peer up met a damaged record: the link cannot send past it (a gap would
+        break R10). Reported once (log, metric), and the stream ends; the error must not escape
+        into the commit path (log_advanced) or end a reader or timer silently."""
+        self.instance.damage.report(error, f"replication to {core.peer}")
+        if session is not None:
+            session.outgoing.put_nowait(None)
 
     def _continue(self, session: _Session) -> None:
         if self._sessions.get(session.core.peer) is session:
@@ -491,7 +498,12 @@ class Replicator:
         session.timer = None
         if self._sessions.get(session.core.peer) is not session:
             return
-        self._execute(session, session.core.on_deadline(self.instance.now_ms()))
+        try:
+            actions = session.core.on_deadline(self.instance.now_ms())
+        except CorruptRecord as exc:
+            self._damaged(session.core, exc, session)
+            return
+        self._execute(session, actions)
         self._arm(session)
 
     # -- downgrade and upgrade actions -------------------------------------------------------

@@ -393,6 +393,8 @@ class Server:
         )
 
     def _on_fatal(self, exc: BaseException) -> None:
+        if isinstance(exc, errors.CorruptRecord):  # a reader that did not handle the damage
+            fatal(FatalReason.JOURNAL_CORRUPT, f"journal read failed: {exc.message}")
         if isinstance(exc, errors.JournalError | OSError):
             fatal(FatalReason.JOURNAL_IO, f"journal write failed: {exc}")
         fatal(FatalReason.INTERNAL, f"{type(exc).__name__}: {exc}")
