@@ -1,4 +1,4 @@
-# The only entry points: run, test, lint, proto, bench.
+# The only entry points: run, test, lint, proto, bench, sim.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -18,7 +18,7 @@ python_ok = $(1) -c 'import sys; sys.exit(sys.version_info < ($(subst .,$(comma)
 	exit 1; }
 comma := ,
 
-.PHONY: run test lint proto proto-check bench clean venv docker-up docker-down cluster
+.PHONY: run test lint proto proto-check bench clean venv docker-up docker-down cluster sim
 
 $(VENV)/bin/activate:
 	@$(call python_ok,$(PYTHON),)
@@ -53,6 +53,11 @@ cluster: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q tests
+
+# The seeded cluster simulation (tests/simulation/): SEEDS=n runs seeds 0..n-1, SEED=n one seed.
+SEEDS ?= 1000
+sim: $(VENV)/.installed-dev
+	$(PY) -m tests.simulation.ownership_sim $(if $(SEED),--seed $(SEED) -v,--seeds $(SEEDS))
 
 lint: $(VENV)/.installed-dev proto-check
 	$(VENV)/bin/ruff check .
