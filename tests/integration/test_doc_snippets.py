@@ -8,7 +8,8 @@ The convention (docs/index.md, "Code blocks"): a fence names its language.
   a minimal document recording every topic.
 - `shell` / `console`: every `amps ...` command (a `$ ` prompt for console) must parse with the
   real CLI: the command exists and takes those options.
-- `text`, `yaml`, `proto`: output and other programs' files, shown, not run.
+- `text`, `yaml`, `proto`, `mermaid`: output, other programs' files and diagrams: shown, not
+  run.
 - `python fragment` / `xml fragment`: a piece of a larger program or file, checked for syntax
   only (Python 3.11 grammar; well-formed XML).
 """
@@ -34,7 +35,7 @@ from tests.harness.instance import InstanceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
-SHOWN_ONLY = {"text", "yaml", "proto"}
+SHOWN_ONLY = {"text", "yaml", "proto", "mermaid"}
 CHECKED = {"python", "xml", "shell", "console"}
 DEFAULT_GRPC, DEFAULT_ADMIN = "127.0.0.1:9007", "127.0.0.1:8085"
 MINIMAL_CONFIG = """<AMPSConfig><Name>docs</Name>
