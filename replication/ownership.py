@@ -45,8 +45,8 @@ from enum import Enum
 
 from amps.errors import OwnershipProtocolError
 
-MessageKey = tuple[str, int]
-"""A message's name on every instance: (origin instance, the origin's txid of its publish)."""
+MessageKey = tuple[int, int]
+"""A message's name on every instance: its bookmark (publisher id, sequence), as acks name it."""
 
 
 class OwnershipState(Enum):

@@ -83,6 +83,8 @@ _TRANSFER = struct.Struct("<BQQQQQBHHHHH")
 _PREFIX = struct.Struct("<BQQ")  # kind, txid, timestamp_us: shared by every kind
 _PAIR = struct.Struct("<QQ")
 QUEUE_RECORD_VERSION = 2  # the version byte of a queue record's delivery extension
+TRANSFER_RECORD_VERSION = 2  # the version byte of a transfer record's epoch extension
+_EPOCH = struct.Struct("<BQ")
 _CONTROL = struct.Struct("<BQQQQ")
 # Segment format: 1 = records only (before commit markers); 2 = a segment header first, and a
 # commit marker after every fsync. Format 1 segments stay readable.
@@ -139,7 +141,11 @@ def encode_payload(record: Record) -> bytes:
         record.bookmark.publisher_id, record.bookmark.seq, record.proxied,
         len(queue), len(src), len(dst), len(oi), len(og),
     )  # fmt: skip
-    return b"".join((fixed, queue, src, dst, oi, og))
+    if not record.epoch:  # format 1, as written before epochs
+        return b"".join((fixed, queue, src, dst, oi, og))
+    return b"".join(
+        (fixed, queue, src, dst, oi, og, _EPOCH.pack(TRANSFER_RECORD_VERSION, record.epoch))
+    )
 
 
 def encode(record: Record) -> bytes:
@@ -347,9 +353,16 @@ def _decode_queue(buf: bytes, start: int, stop: int) -> QueueRecord:
 def _decode_transfer(buf: bytes, start: int, stop: int) -> TransferRecord:
     _, txid, ts, otx, bp, bs, proxied, *lengths = _TRANSFER.unpack_from(buf, start)
     (queue, src, dst, oi, og), end = _strings(buf, start + _TRANSFER.size, tuple(lengths))
-    if end != stop or proxied > 1:
+    epoch = 0
+    if end != stop:  # format 2: the ownership epoch follows (R2)
+        if stop - end != _EPOCH.size or buf[end] != TRANSFER_RECORD_VERSION:
+            raise CorruptRecord("transfer record length does not match its format")
+        _, epoch = _EPOCH.unpack_from(buf, end)
+    if proxied > 1:
         raise CorruptRecord("transfer record malformed")
-    return TransferRecord(txid, ts, queue, Bookmark(bp, bs), src, dst, bool(proxied), oi, og, otx)
+    return TransferRecord(
+        txid, ts, queue, Bookmark(bp, bs), src, dst, bool(proxied), oi, og, otx, epoch
+    )
 
 
 def _decode_at(buf: bytes, start: int, stop: int) -> Record:

@@ -91,7 +91,11 @@ class QueueRecord:
 
 @dataclass(frozen=True, slots=True)
 class TransferRecord:
-    """Ownership of a queued message moves from one instance to another (R5, R7)."""
+    """Ownership of a queued message moves from one instance to another (R5, R7).
+
+    `from_instance` wrote it (the owner granting, or a proxy); `to_instance` owns the message
+    from `epoch` on (replication/ownership.py). A claim is a record to its own writer.
+    """
 
     txid: int
     timestamp_us: int
@@ -103,6 +107,7 @@ class TransferRecord:
     origin_instance: str = ""
     origin_group: str = ""
     origin_txid: int = 0
+    epoch: int = 0  # 0 only in records written before epochs (format 1)
 
 
 Record = PublishRecord | QueueRecord | TransferRecord

@@ -224,7 +224,7 @@ class Cluster:
 
     def publish(self, name: str) -> None:
         instance = self.instances[name]
-        key = (name, len(self.published))
+        key = (list(self.instances).index(name), len(self.published))  # (publisher, seq)
         self.published.append(key)
         instance.append(("publish", key, name))
         instance.sync()  # the publisher waits for its persisted ack

@@ -28,6 +28,7 @@ CORE_MODULES = [
     "replication/positions.py",
     "replication/reachability.py",
     "replication/routing.py",
+    "replication/transfers.py",
 ]
 FORBIDDEN = {
     "asyncio",

@@ -48,7 +48,7 @@ def queue_records(draw: st.DrawFn) -> QueueRecord:
 
 
 transfers = st.builds(
-    TransferRecord, u64, u64, text, bookmarks, text, text, st.booleans(), text, text, u64
+    TransferRecord, u64, u64, text, bookmarks, text, text, st.booleans(), text, text, u64, u64
 )
 records = st.one_of(publishes, queue_records(), transfers)
 FUZZ = settings(max_examples=150, deadline=None)
@@ -207,6 +207,19 @@ def test_a_wrong_queue_record_version_is_corrupt() -> None:
     record = QueueRecord(1, 1, "q", QueueAction.ACK, txids=(5,), delivered_us=(3,), deliveries=(1,))
     payload = bytearray(codec.encode_payload(record))
     payload[-11] = 3  # the version byte before one (u64, u16) pair
+    with pytest.raises(CorruptRecord, match="does not match"):
+        codec.decode_payload(bytes(payload))
+
+
+def test_a_transfer_without_an_epoch_keeps_the_first_format() -> None:
+    """Issue 9: the epoch is a versioned tail; records written before it read as epoch 0."""
+    old = TransferRecord(1, 1, "q", Bookmark(5, 2), "a", "b")
+    new = replace(old, epoch=3)
+    assert len(codec.encode(new)) == len(codec.encode(old)) + 9
+    assert codec.decode(codec.encode(old))[0] == [old]
+    assert codec.decode(codec.encode(new))[0] == [new]
+    payload = bytearray(codec.encode_payload(new))
+    payload[-9] = 1  # a wrong version byte
     with pytest.raises(CorruptRecord, match="does not match"):
         codec.decode_payload(bytes(payload))
 

@@ -25,11 +25,11 @@ from replication.ownership import (
 
 from .ownership_pair import TIMEOUT_MS, OwnershipCluster
 
-KEY = ("a", 7)
+KEY = (1, 7)
 S = OwnershipState
 
 
-def entered(cluster: OwnershipCluster, owner: str, key: tuple[str, int] = KEY) -> None:
+def entered(cluster: OwnershipCluster, owner: str, key: tuple[int, int] = KEY) -> None:
     for name in cluster.machines:
         cluster.handle(name, MessageEntered(key, owner))
 
@@ -181,7 +181,7 @@ def test_recovery_replays_this_instances_own_records() -> None:
     cluster.handle("a", MessageEntered(KEY, "a"))
     cluster.handle("a", OwnershipRecorded(OwnershipRecord(KEY, TransferKind.GRANT, "a", "b", 1)))
     assert cluster.machines["a"].state_of(KEY) is S.GRANTED
-    other = ("b", 1)
+    other = (2, 1)
     cluster.handle("a", MessageEntered(other, "b"))
     cluster.handle("a", OwnershipRecorded(OwnershipRecord(other, TransferKind.CLAIM, "a", "a", 1)))
     assert cluster.machines["a"].state_of(other) is S.CLAIMED_BY_PROXY

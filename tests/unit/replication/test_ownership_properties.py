@@ -32,7 +32,7 @@ from replication.ownership import (
 
 HERE = "b"
 NAMES = ["a", "b", "c"]
-KEY = ("a", 1)
+KEY = (1, 1)
 S = OwnershipState
 EVENT_TYPES: list[type[Event]] = [
     MessageEntered,

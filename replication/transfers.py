@@ -1,0 +1,47 @@
+"""Ownership records as the log's `TransferRecord`s and back (R1, R5, R7). [core]
+
+A grant or claim of `replication/ownership.py` is written to the local log as a
+`TransferRecord` and replicates like every record, so recovery replays it (the records of other
+instances included). `from_instance` is the writer, `to_instance` the new owner; a claim is a
+record to its own writer. `proxied` marks a record written while the owner was unreachable.
+"""
+
+from __future__ import annotations
+
+from amps.errors import OwnershipProtocolError
+from amps.log.bookmarks import Bookmark
+from amps.log.records import TransferRecord
+from replication.ownership import OwnershipRecord, TransferKind
+
+
+def to_log(queue: str, record: OwnershipRecord, *, proxied: bool) -> TransferRecord:
+    """The record to append (the journal assigns txid and timestamp)."""
+    assert record.epoch >= 1
+    if record.kind is TransferKind.CLAIM:
+        assert record.by == record.owner
+        assert proxied
+    else:
+        assert record.by != record.owner
+    publisher_id, seq = record.key
+    return TransferRecord(
+        0, 0, queue, Bookmark(publisher_id, seq), record.by, record.owner, proxied,
+        epoch=record.epoch,
+    )  # fmt: skip
+
+
+def from_log(record: TransferRecord) -> OwnershipRecord:
+    """The machine's view of a logged or replicated transfer; a record without an epoch
+    (written before epochs existed) or without instances is refused."""
+    if record.epoch < 1 or not record.from_instance or not record.to_instance:
+        raise OwnershipProtocolError(
+            f"transfer record {record.txid} of queue {record.queue!r} from "
+            f"{record.origin_instance or 'this instance'} has no epoch or instance"
+        )
+    claim = record.from_instance == record.to_instance
+    return OwnershipRecord(
+        (record.bookmark.publisher_id, record.bookmark.seq),
+        TransferKind.CLAIM if claim else TransferKind.GRANT,
+        record.from_instance,
+        record.to_instance,
+        record.epoch,
+    )
