@@ -1,4 +1,4 @@
-# The only entry points: run, test, lint, proto, bench, sim.
+# The only entry points: run, test, test-fast, lint, proto, bench, sim.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -18,7 +18,7 @@ python_ok = $(1) -c 'import sys; sys.exit(sys.version_info < ($(subst .,$(comma)
 	exit 1; }
 comma := ,
 
-.PHONY: run test lint proto proto-check bench clean venv docker-up docker-down cluster sim
+.PHONY: run test test-fast lint proto proto-check bench clean venv docker-up docker-down cluster sim
 
 $(VENV)/bin/activate:
 	@$(call python_ok,$(PYTHON),)
@@ -32,9 +32,11 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/activate
 	$(PIP) install --quiet -e .
 	touch $@
 
+# The spark extra too (CI runs the Spark tests). editable_mode=compat puts the checkout itself on
+# sys.path, where Spark's lookup of `pyspark_*` modules (pyspark_amps) can list it.
 $(VENV)/.installed-dev: pyproject.toml | $(VENV)/bin/activate
 	@$(call python_ok,$(PY),$(VENV) was made with it: run make clean first. )
-	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet --config-settings editable_mode=compat -e '.[dev,spark]'
 	touch $(VENV)/.installed $@
 
 venv: $(VENV)/.installed
@@ -53,6 +55,10 @@ cluster: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q tests
+
+# Everything but the Spark tests (a Spark session takes ~10 s to start, more on a busy machine).
+test-fast: $(VENV)/.installed-dev
+	$(PY) -m pytest -q -m "not spark" tests
 
 # The seeded cluster simulation (tests/simulation/): SEEDS=n runs seeds 0..n-1, SEED=n one seed.
 SEEDS ?= 1000

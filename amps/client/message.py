@@ -126,6 +126,8 @@ class Subscription:
         # Tasks waiting in get() or the iterator for the next delivery.
         self._waiters: list[asyncio.Future[bool]] = []
         self._completed = asyncio.Event()
+        # From the `completed` ack: the instance's txid the replay went through (0 before).
+        self.replayed_txid = 0
         self._error: AmpsError | None = None
         self._ended = False
         self._previous: Message | None = None
@@ -255,8 +257,9 @@ class Subscription:
         if self._waiters:
             self._wake()
 
-    def mark_completed(self) -> None:
-        """The instance sent the `completed` ack."""
+    def mark_completed(self, replayed_txid: int = 0) -> None:
+        """The instance sent the `completed` ack (with the txid its replay went through)."""
+        self.replayed_txid = replayed_txid
         self._completed.set()
 
     def discard_buffered(self) -> int:

@@ -93,7 +93,7 @@ class SubscriptionRegistry:
         if ack.ack_type == "completed":
             sub = self._subs.get(ack.sub_id)
             if sub is not None:
-                sub.mark_completed()
+                sub.mark_completed(ack.seq)
             return True
         sub_id = self._resubscribing.pop(ack.cmd_id, None)
         if sub_id is None:

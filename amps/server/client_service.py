@@ -180,7 +180,8 @@ class ClientService(client_pb2_grpc.AmpsServicer):
             # Q2, Q4: a subscription to a queue's name without a bookmark is a queue subscription.
             queues.subscribe(session, command, sub_id)
             return
-        replace = "replace" in request.options.split(",")
+        options = [option.strip() for option in request.options.split(",")]
+        replace = "replace" in options
         if sub_id in session.subscriptions and not replace:
             raise errors.InvalidOptions(f"subscription {sub_id!r} already exists")
         topic = request.topic
@@ -200,6 +201,9 @@ class ClientService(client_pb2_grpc.AmpsServicer):
                 )
             text = BOOKMARK_ALIASES.get(request.bookmark.strip().lower(), request.bookmark)
             start_txid = self.instance.journal.find_start(parse_bookmark_spec(text))
+            after = _after_txid(options)
+            if after is not None:
+                start_txid = max(start_txid, after + 1)
         if sub_id in session.subscriptions:
             self.instance.remove_subscription(session.subscriptions[sub_id])
         subscription = Subscription(session, sub_id, matcher, compiled)
@@ -297,3 +301,18 @@ async def _heartbeat(session: Session, interval_s: float) -> None:
             session.kick(errors.ConnectionBroken("no heartbeat from the client for 2 intervals"))
             return
         session.send(pb.ServerMessage(heartbeat=pb.Heartbeat(options="beat")))
+
+
+AFTER_TXID = "after_txid="
+
+
+def _after_txid(options: list[str]) -> int | None:
+    """The `after_txid=N` subscribe option: a replay starts after local txid N at the earliest
+    (how the Spark source resumes exactly at a log position; docs/guide/spark.md)."""
+    for option in options:
+        if option.startswith(AFTER_TXID):
+            text = option[len(AFTER_TXID) :]
+            if not (text.isascii() and text.isdigit() and len(text) <= 19):
+                raise errors.InvalidOptions(f"subscribe option {option!r}: expected after_txid=N")
+            return int(text)
+    return None

@@ -83,7 +83,12 @@ async def _replay(
         if position > limit:
             # No await between the check and the switch: the next live record is > limit.
             subscription.live = True
-            session.send(success_ack(cmd_id="", ack_type="completed", sub_id=subscription.sub_id))
+            # seq: the txid the replay went through; every later record is delivered live.
+            session.send(
+                success_ack(
+                    cmd_id="", ack_type="completed", sub_id=subscription.sub_id, seq=limit
+                )
+            )
             return
         try:
             publishes, reached = reader.read(position, limit, batch_records)

@@ -420,6 +420,7 @@ class Ack(_message.Message):
     seq: _builtins.int
     """Persisted acks: every message of this publisher up to seq is persisted (conflated, L3).
     Logon acks: the last sequence number persisted for this client name.
+    Completed acks: the local txid a bookmark replay went through (later records arrive live).
     """
     bookmark: _builtins.str
     sub_id: _builtins.str

@@ -1,0 +1,85 @@
+"""Reading a journal directory into Arrow batches: planned on the driver, read on executors.
+
+Planning opens the journal read-only (as `amps journal dump`: no lock, nothing written), fixes
+the txid range (the `from`/`to` bookmark specs and the durable end at planning) and cuts it into
+pieces of at most `records_per_partition` records per segment. A piece names the directory and
+the segment's summary, so an executor that sees the same path reads it with the journal's own
+reader and codec, whatever is appended meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from amps.errors import InvalidOptions
+from amps.log.bookmarks import Epoch, parse_bookmark_spec
+from amps.log.journal import Journal
+from amps.log.reader import SegmentReader
+from amps.log.segments import SegmentBuilder, SegmentSummary
+from amps.spark.options import ReadOptions
+from amps.spark.rows import records_batch
+
+BATCH_RECORDS = 8192
+
+
+@dataclass(frozen=True)
+class JournalPiece:
+    """Records first_txid..last_txid of one segment of the journal at `directory`."""
+
+    directory: str
+    segment: SegmentSummary
+    first_txid: int
+    last_txid: int
+
+
+def plan(directory: str, options: ReadOptions) -> list[JournalPiece]:
+    """The pieces of the journal at `directory` that the options select, oldest first."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise InvalidOptions(f"journal directory {directory!r} does not exist")
+    journal = Journal.open(path, read_only=True)
+    try:
+        first = journal.first_txid
+        if options.start:
+            spec = parse_bookmark_spec(options.start)
+            first = first if isinstance(spec, Epoch) else journal.find_start(spec)
+        last = journal.durable_txid
+        if options.end:
+            # A bookmark ends with that message; a timestamp before the first record at it.
+            last = min(last, journal.find_start(parse_bookmark_spec(options.end)) - 1)
+        pieces: list[JournalPiece] = []
+        step = options.records_per_partition
+        for segment in journal.segments():
+            low = max(first, segment.first_txid)
+            high = min(last, segment.last_txid)
+            if low > high:
+                continue
+            summary = segment.summary() if isinstance(segment, SegmentBuilder) else segment
+            for start in range(low, high + 1, step):
+                end = min(high, start + step - 1)
+                pieces.append(JournalPiece(str(path.resolve()), summary, start, end))
+        return pieces
+    finally:
+        journal.close_read_only()
+
+
+def read(piece: JournalPiece, options: ReadOptions) -> Iterator[pa.RecordBatch]:
+    """The selected records of one piece, as batches of at most BATCH_RECORDS rows."""
+    reader = SegmentReader(Path(piece.directory))
+    keep = options.selector()
+    try:
+        txid = piece.first_txid
+        while txid <= piece.last_txid:
+            records = reader.read([piece.segment], txid, piece.last_txid, BATCH_RECORDS)
+            if not records:
+                break
+            txid = records[-1].txid + 1
+            chosen = records if keep is None else [r for r in records if keep(r)]
+            if chosen:
+                yield records_batch(chosen)
+    finally:
+        reader.close()

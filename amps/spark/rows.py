@@ -1,0 +1,150 @@
+"""The rows of the `amps` Spark source: one schema, and log records or deliveries as Arrow batches.
+
+One row per record. A publish fills topic, bookmark, publisher, sequence and data; a queue
+record fills queue, action, reason and, per message, txids, delivered and deliveries; a
+transfer fills queue, bookmark, from_instance and to_instance. Columns a kind does not use are
+null. `publisher` is text: publisher ids are unsigned 64-bit, past Spark's signed longs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from amps.log.records import PublishRecord, QueueRecord, Record, TransferRecord
+
+if TYPE_CHECKING:
+    from amps.client import Message
+
+_TS = pa.timestamp("us", tz="UTC")
+
+ARROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("bookmark", pa.string()),
+        ("txid", pa.int64()),
+        ("timestamp", _TS),
+        ("data", pa.binary()),
+        ("publisher", pa.string()),
+        ("sequence", pa.int64()),
+        ("origin_instance", pa.string()),
+        ("origin_txid", pa.int64()),
+        ("correlation_id", pa.string()),
+        ("kind", pa.string()),
+        ("queue", pa.string()),
+        ("action", pa.string()),
+        ("reason", pa.string()),
+        ("txids", pa.list_(pa.int64())),
+        ("delivered", pa.list_(_TS)),
+        ("deliveries", pa.list_(pa.int32())),
+        ("from_instance", pa.string()),
+        ("to_instance", pa.string()),
+    ]
+)
+
+SCHEMA_DDL = (
+    "topic string, bookmark string, txid long, timestamp timestamp, data binary, "
+    "publisher string, sequence long, origin_instance string, origin_txid long, "
+    "correlation_id string, kind string, queue string, action string, reason string, "
+    "txids array<long>, delivered array<timestamp>, deliveries array<int>, "
+    "from_instance string, to_instance string"
+)
+"""The same schema as Spark DDL (what `DataSource.schema()` returns)."""
+
+_COLUMNS = ARROW_SCHEMA.names
+
+
+def _nulls(name: str, count: int) -> pa.Array:
+    return pa.nulls(count, ARROW_SCHEMA.field(name).type)
+
+
+def publishes_batch(records: Sequence[PublishRecord]) -> pa.RecordBatch:
+    """Publishes as one batch (the common case: a list comprehension per column)."""
+    n = len(records)
+    columns: list[Any] = [
+        pa.array([r.topic for r in records], pa.string()),
+        pa.array([f"{r.publisher_id}|{r.seq}|" for r in records], pa.string()),
+        pa.array([r.txid for r in records], pa.int64()),
+        pa.array([r.timestamp_us for r in records], pa.int64()).cast(_TS),
+        pa.array([r.data for r in records], pa.binary()),
+        pa.array([str(r.publisher_id) for r in records], pa.string()),
+        pa.array([r.seq for r in records], pa.int64()),
+        pa.array([r.origin_instance for r in records], pa.string()),
+        pa.array([r.origin_txid for r in records], pa.int64()),
+        pa.array([r.correlation_id or None for r in records], pa.string()),
+        pa.array(["publish"] * n, pa.string()),
+    ]
+    columns += [_nulls(name, n) for name in _COLUMNS[len(columns) :]]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def records_batch(records: Sequence[Record]) -> pa.RecordBatch:
+    """Records of every kind as one batch."""
+    if all(type(r) is PublishRecord for r in records):
+        return publishes_batch(records)  # type: ignore[arg-type]
+    rows: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+    for record in records:
+        row = _row(record)
+        for name in _COLUMNS:
+            rows[name].append(row.get(name))
+    return pa.RecordBatch.from_pydict(rows, schema=ARROW_SCHEMA)
+
+
+def _row(record: Record) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "txid": record.txid,
+        "timestamp": record.timestamp_us,
+        "origin_instance": record.origin_instance,
+        "origin_txid": record.origin_txid,
+    }
+    if isinstance(record, PublishRecord):
+        row |= {
+            "topic": record.topic, "bookmark": record.bookmark.format(), "data": record.data,
+            "publisher": str(record.publisher_id), "sequence": record.seq,
+            "correlation_id": record.correlation_id or None, "kind": "publish",
+        }  # fmt: skip
+    elif isinstance(record, QueueRecord):
+        row |= {
+            "kind": "queue", "queue": record.queue, "action": record.action.name.lower(),
+            "reason": record.reason or None, "txids": list(record.txids),
+            "delivered": list(record.delivered_us) if record.deliveries else None,
+            "deliveries": list(record.deliveries) if record.deliveries else None,
+        }  # fmt: skip
+    else:
+        assert isinstance(record, TransferRecord)
+        row |= {
+            "kind": "transfer", "queue": record.queue, "bookmark": record.bookmark.format(),
+            "publisher": str(record.bookmark.publisher_id), "sequence": record.bookmark.seq,
+            "action": "proxied_transfer" if record.proxied else "transfer",
+            "from_instance": record.from_instance, "to_instance": record.to_instance,
+        }  # fmt: skip
+    return row
+
+
+def messages_batch(messages: Sequence[Message]) -> pa.RecordBatch:
+    """Deliveries of a bookmark replay as one batch (a delivery names no origin: null)."""
+    n = len(messages)
+    publishers: list[str] = []
+    seqs: list[int] = []
+    for message in messages:
+        publisher, seq, _ = message.bookmark.split("|", 2)
+        publishers.append(publisher)
+        seqs.append(int(seq))
+    columns: list[Any] = [
+        pa.array([m.topic for m in messages], pa.string()),
+        pa.array([m.bookmark for m in messages], pa.string()),
+        pa.array([m.txid for m in messages], pa.int64()),
+        pa.array([m.timestamp_us for m in messages], pa.int64()).cast(_TS),
+        pa.array([m.data for m in messages], pa.binary()),
+        pa.array(publishers, pa.string()),
+        pa.array(seqs, pa.int64()),
+        _nulls("origin_instance", n),
+        _nulls("origin_txid", n),
+        _nulls("correlation_id", n),
+        pa.array(["publish"] * n, pa.string()),
+    ]
+    columns += [_nulls(name, n) for name in _COLUMNS[len(columns) :]]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+

@@ -1,0 +1,194 @@
+"""The `amps` data source for PySpark's Python Data Source API (Spark >= 4.0).
+
+`spark.read.format("amps").load(path)` reads a journal directory; with `.option("server", ...)`
+it replays a running instance; `spark.readStream` follows instances live, its offsets being
+txids per server; `df.write` / `df.writeStream` publish exactly once (amps.spark.sink).
+The classes here are thin: planning and reading live in journal_read, server_read and sink.
+"""
+
+from __future__ import annotations
+
+from amps.spark import require_spark
+
+require_spark()
+
+from collections.abc import Iterator, Sequence  # noqa: E402
+from dataclasses import asdict  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pyarrow as pa  # noqa: E402
+from pyspark import TaskContext  # noqa: E402
+from pyspark.sql.datasource import (  # noqa: E402
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType  # noqa: E402
+
+from amps.errors import InvalidOptions  # noqa: E402
+from amps.spark import journal_read, server_read, sink  # noqa: E402
+from amps.spark.options import ReadOptions, servers  # noqa: E402
+from amps.spark.rows import SCHEMA_DDL  # noqa: E402
+
+
+class AmpsDataSource(DataSource):
+    """`format("amps")`: journals and instances as rows; DataFrames published exactly once."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "amps"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        read = ReadOptions.parse(self.options)
+        found = servers(self.options)
+        if found:
+            return _ServerReader(found, read)
+        path = self.options.get("path", "")
+        if not path:
+            raise InvalidOptions("give a journal directory (load(path)) or option server")
+        return _JournalReader(path, read)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        found = servers(self.options)
+        if not found:
+            raise InvalidOptions("a stream reads instances: option server=host:port[,...]")
+        return _StreamReader(found, ReadOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        return _Writer(self._sink_options(schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        return _StreamWriter(self._sink_options(schema, overwrite))
+
+    def _sink_options(self, schema: StructType, overwrite: bool) -> sink.SinkOptions:
+        if overwrite:
+            raise InvalidOptions("a topic is append-only: use mode('append')")
+        options = sink.SinkOptions.parse(dict(self.options), _default_publisher(self.options))
+        sink.check_schema(schema.fieldNames(), bool(options.topic))
+        return options
+
+
+def _default_publisher(options: Any) -> str:
+    """`spark-<app name>-<topic>` when the application name is known (the `appName` option or
+    the session's), else `spark-<topic>`: the same job run twice publishes under the same name."""
+    app = options.get("appName", "") or _app_name()
+    topic = options.get("topic", "") or "rows"
+    name = f"spark-{app}-{topic}" if app else f"spark-{topic}"
+    return "".join(c if c.isalnum() or c in "-_.:" else "_" for c in name)
+
+
+def _app_name() -> str:
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    return session.sparkContext.appName if session is not None else ""
+
+
+class _Piece(InputPartition):
+    def __init__(self, piece: Any) -> None:
+        super().__init__(piece)
+
+
+class _JournalReader(DataSourceReader):
+    def __init__(self, path: str, options: ReadOptions) -> None:
+        self.path = path
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [_Piece(p) for p in journal_read.plan(self.path, self.options)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return journal_read.read(partition.value, self.options)
+
+
+class _ServerReader(DataSourceReader):
+    def __init__(self, found: tuple[str, ...], options: ReadOptions) -> None:
+        self.servers = found
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [_Piece(p) for p in server_read.plan(self.servers, self.options)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return server_read.read(partition.value, self.options)
+
+
+class _StreamReader(DataSourceStreamReader):
+    """Offsets: {server: txid read through}; a batch replays each server's (start, end]."""
+
+    def __init__(self, found: tuple[str, ...], options: ReadOptions) -> None:
+        self.servers = found
+        self.options = options
+
+    def initialOffset(self) -> dict[str, int]:
+        start = self.options.start.strip() or "now"
+        if start in ("0", "epoch"):
+            return dict.fromkeys(self.servers, 0)
+        if start in ("now", "0|1|"):
+            return {s: server_read.replay_end(s, self.options.topic) for s in self.servers}
+        raise InvalidOptions(f"option from={start!r}: a stream starts at 0 (epoch) or now")
+
+    def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
+        return {s: server_read.replay_end(s, self.options.topic) for s in self.servers}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        return [
+            _Piece(server_read.ServerPiece(s, start.get(s, 0), end[s], "0"))
+            for s in self.servers
+            if end[s] > start.get(s, 0)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return server_read.read(partition.value, self.options)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to release: the positions live in Spark's checkpoint."""
+
+
+class _Writer(DataSourceArrowWriter):
+    def __init__(self, options: sink.SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return _commit(sink.write(self.options, _partition(), None, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Every task returned after its rows were persisted: nothing is left to do."""
+
+
+class _StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: sink.SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        context = TaskContext.get()
+        batch_id = None if context is None else context.getLocalProperty(sink.BATCH_ID_PROPERTY)
+        if batch_id is None:
+            raise RuntimeError(f"a stream task without the {sink.BATCH_ID_PROPERTY} property")
+        return _commit(sink.write(self.options, _partition(), int(batch_id), iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Every task returned after its rows were persisted: nothing is left to do."""
+
+
+class _Written(WriterCommitMessage):
+    def __init__(self, written: dict[str, int]) -> None:
+        self.written = written
+
+
+def _commit(written: sink.Written) -> WriterCommitMessage:
+    return _Written(asdict(written))
+
+
+def _partition() -> int:
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("the amps sink runs inside Spark tasks")
+    return context.partitionId()
