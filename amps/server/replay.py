@@ -85,9 +85,7 @@ async def _replay(
             subscription.live = True
             # seq: the txid the replay went through; every later record is delivered live.
             session.send(
-                success_ack(
-                    cmd_id="", ack_type="completed", sub_id=subscription.sub_id, seq=limit
-                )
+                success_ack(cmd_id="", ack_type="completed", sub_id=subscription.sub_id, seq=limit)
             )
             return
         try:

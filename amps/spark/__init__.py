@@ -14,6 +14,4 @@ def require_spark() -> None:
     """Raise ImportError naming the install command when pyspark or pyarrow is missing."""
     missing = [name for name in ("pyspark", "pyarrow") if importlib.util.find_spec(name) is None]
     if missing:
-        raise ImportError(
-            f"the amps Spark source needs {' and '.join(missing)}: {INSTALL_HINT}"
-        )
+        raise ImportError(f"the amps Spark source needs {' and '.join(missing)}: {INSTALL_HINT}")

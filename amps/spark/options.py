@@ -68,7 +68,7 @@ class ReadOptions:
         )
         if read.kinds not in KINDS:
             raise InvalidOptions(f"option kinds={read.kinds!r}: expected publish or all")
-        for name, spec in (("from", read.start), ("to", read.end)):
+        for spec in (read.start, read.end):
             if spec:
                 parse_bookmark_spec(spec)  # raises InvalidBookmark with the reason
         read.selector()  # a bad topic regex or filter fails here, on the driver

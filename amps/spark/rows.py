@@ -147,4 +147,3 @@ def messages_batch(messages: Sequence[Message]) -> pa.RecordBatch:
     ]
     columns += [_nulls(name, n) for name in _COLUMNS[len(columns) :]]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
-

@@ -73,8 +73,7 @@ def _rows(batches: Iterator[pa.RecordBatch], default_topic: str) -> Iterator[tup
     for batch in batches:
         data = batch.column("data")
         datas = [
-            b"" if v is None else v.encode() if isinstance(v, str) else v
-            for v in data.to_pylist()
+            b"" if v is None else v.encode() if isinstance(v, str) else v for v in data.to_pylist()
         ]
         names = batch.schema.names
         if "topic" in names:

@@ -76,19 +76,12 @@ class AmpsDataSource(DataSource):
 
 
 def _default_publisher(options: Any) -> str:
-    """`spark-<app name>-<topic>` when the application name is known (the `appName` option or
-    the session's), else `spark-<topic>`: the same job run twice publishes under the same name."""
-    app = options.get("appName", "") or _app_name()
+    """`spark-<appName option>-<topic>`, or `spark-<topic>`: the same job run twice publishes
+    under the same name. (Spark hands a Python data source no application name of its own.)"""
+    app = options.get("appName", "")
     topic = options.get("topic", "") or "rows"
     name = f"spark-{app}-{topic}" if app else f"spark-{topic}"
     return "".join(c if c.isalnum() or c in "-_.:" else "_" for c in name)
-
-
-def _app_name() -> str:
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.getActiveSession()
-    return session.sparkContext.appName if session is not None else ""
 
 
 class _Piece(InputPartition):
