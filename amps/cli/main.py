@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "journal": ("amps.cli.journal_cmd", "journal"),
     "admin": ("amps.cli.admin_cmds", "admin"),
     "users": ("amps.cli.users_cmd", "users"),
+    "report": ("amps.cli.report_cmd", "report"),
 }
 
 

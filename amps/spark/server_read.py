@@ -24,6 +24,7 @@ BATCH_MESSAGES = 8192
 CONNECT_TIMEOUT_S = 30.0
 # A replay delivers without pause; a gap this long before its `completed` ack means trouble.
 IDLE_TIMEOUT_S = 120.0
+POLL_S = 0.05
 ALL_TOPICS = ".*"
 
 
@@ -73,14 +74,21 @@ def plan(servers: tuple[str, ...], options: ReadOptions) -> list[ServerPiece]:
 async def _next_batch(sub: Subscription, through: int) -> tuple[list[Message], bool]:
     """Up to BATCH_MESSAGES messages at or below `through`, and whether the replay ended."""
     batch: list[Message] = []
+    loop = asyncio.get_running_loop()
+    idle_since = 0.0
     while len(batch) < BATCH_MESSAGES:
-        # Once the replay completed, every replayed message is already buffered.
+        # Once the replay completed, every replayed message is already buffered; until then a
+        # short wait, so that a replay with nothing (more) to send is noticed by its ack.
         done = sub.completed
-        message = await sub.get(0 if done else IDLE_TIMEOUT_S)
+        message = await sub.get(0 if done else POLL_S)
         if message is None:
             if done:
                 return batch, True
-            raise TimeoutError(f"a replay stalled for {IDLE_TIMEOUT_S} s")
+            idle_since = idle_since or loop.time()
+            if loop.time() - idle_since > IDLE_TIMEOUT_S:
+                raise TimeoutError(f"a replay stalled for {IDLE_TIMEOUT_S} s")
+            continue
+        idle_since = 0.0
         if message.txid > through:
             return batch, True
         batch.append(message)

@@ -163,3 +163,22 @@ async def test_unrecorded_topic_is_live_only(tmp_path: Path) -> None:
         instance.kill()
     assert message.json() == {"hello": 1}  # type: ignore[attr-defined]
     assert replayed[0].json() == {"id": 1}  # type: ignore[attr-defined]
+
+
+async def test_after_txid_starts_a_replay_at_a_log_position(instance: InstanceProcess) -> None:
+    """The completed ack names the txid a replay went through; `after_txid=N` resumes after N:
+    the exact positions the Spark source keeps as offsets (issue 10, L7)."""
+    async with Client("positions") as client:
+        await client.connect(instance.address)
+        for i in range(20):
+            await client.publish("positions", b'{"i":%d}' % i)
+        await client.flush(10)
+        whole = await client.subscribe("positions", bookmark="0")
+        everything = await take(whole, 20)
+        await whole.wait_completed(10)
+        assert whole.replayed_txid >= everything[-1].txid
+        middle = everything[9].txid
+        rest = await client.subscribe("positions", bookmark="0", options=f"after_txid={middle}")
+        assert [m.txid for m in await take(rest, 10)] == [m.txid for m in everything[10:]]
+        with pytest.raises(errors.InvalidOptions, match="after_txid=N"):
+            await client.subscribe("positions", bookmark="0", options="after_txid=x")

@@ -1,0 +1,248 @@
+"""The Spark source, sink and queue report against references measured in the same run.
+
+`.venv/bin/python -m bench.bench_spark [--rows N] [--sink-rows N] [--report-messages N]`
+
+- journal read into `df.count()` and `groupBy(topic).count()`, rows/s, against the Arrow
+  ceiling: a trivial Python data source yielding the same batches from memory;
+- server read rows/s against the `epoch` replay rate of the same instance (the Python client);
+- sink rows/s against `amps publish` of the same rows;
+- `amps report queues` over a journal of N messages (seconds).
+
+Figures are printed, never asserted; the machine may be shared (compare the ratios).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from amps.client import Client
+from bench.common import json_payloads, temp_instance
+from tests.harness.instance import process_env
+
+BYTES = 256  # payload size: the per-row costs, not the copy, are what is measured
+
+
+def _rate(rows: int, seconds: float) -> float:
+    return rows / seconds if seconds > 0 else float("nan")
+
+
+def _timed(action: Any) -> tuple[Any, float]:
+    started = time.perf_counter()
+    result = action()
+    return result, time.perf_counter() - started
+
+
+async def _publish(address: str, topic: str, rows: int) -> None:
+    payloads = json_payloads(size=BYTES)
+    client = Client(f"bench-{uuid.uuid4().hex[:8]}")
+    await client.connect(address)
+    for i in range(rows):
+        await client.publish(topic, payloads[i % len(payloads)])
+    await client.flush(600)
+    await client.close()
+
+
+async def _replay_rate(address: str, topic: str, rows: int) -> float:
+    client = Client(f"bench-replay-{uuid.uuid4().hex[:8]}")
+    await client.connect(address)
+    started = time.perf_counter()
+    sub = await client.subscribe(topic, bookmark="0")
+    seen = 0
+    while seen < rows:
+        if await sub.get(60) is None:
+            break
+        seen += 1
+    elapsed = time.perf_counter() - started
+    await client.close()
+    return _rate(seen, elapsed)
+
+
+def _ceiling_source(batch: pa.RecordBatch, repeats: int, partitions: int) -> type:
+    """A Python data source that yields `batch` `repeats` times per partition, from memory."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from amps.spark.rows import SCHEMA_DDL
+
+    payload = batch.serialize().to_pybytes()
+
+    class _Reader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            from amps.spark.rows import ARROW_SCHEMA
+
+            one = pa.ipc.read_record_batch(pa.py_buffer(payload), ARROW_SCHEMA)
+            for _ in range(repeats):
+                yield one
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "amps_ceiling"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return _Reader()
+
+    return Ceiling
+
+
+def bench_reads(spark: Any, rows: int) -> None:
+    from amps.spark import journal_read
+    from amps.spark.options import ReadOptions
+
+    with temp_instance("spark-read", journal_size="64MB") as instance:
+        print(f"publishing {rows:,} rows of {BYTES} B ...", flush=True)
+        asyncio.run(_publish(instance.address, "bench", rows))
+        journal = str(instance.workdir / "journal")
+        df = spark.read.format("amps").load(journal)
+        partitions = df.rdd.getNumPartitions()
+        spark.read.format("amps").load(journal).count()  # warm the Python workers
+        count, seconds = _timed(lambda: spark.read.format("amps").load(journal).count())
+        grouped, g_seconds = _timed(
+            lambda: spark.read.format("amps").load(journal).groupBy("topic").count().collect()
+        )
+        # The ceiling: the same rows, as 8192-row batches of this journal's own, from memory.
+        first = next(journal_read.read(journal_read.plan(journal, ReadOptions())[0], ReadOptions()))
+        repeats = max(1, rows // (first.num_rows * partitions))
+        spark.dataSource.register(_ceiling_source(first, repeats, partitions))
+        ceiling_rows = repeats * first.num_rows * partitions
+        spark.read.format("amps_ceiling").load().count()
+        _, c_seconds = _timed(lambda: spark.read.format("amps_ceiling").load().count())
+        _, cg_seconds = _timed(
+            lambda: spark.read.format("amps_ceiling").load().groupBy("topic").count().collect()
+        )
+        ceiling, ceiling_g = _rate(ceiling_rows, c_seconds), _rate(ceiling_rows, cg_seconds)
+        read, read_g = _rate(count, seconds), _rate(count, g_seconds)
+        assert sum(r["count"] for r in grouped) == count
+        print(f"journal read, {partitions} partitions: count() {read:,.0f} rows/s, "
+              f"ceiling {ceiling:,.0f} rows/s ({read / ceiling:.2f}x); groupBy(topic).count() "
+              f"{read_g:,.0f} rows/s, ceiling {ceiling_g:,.0f} rows/s ({read_g / ceiling_g:.2f}x)",
+              flush=True)  # fmt: skip
+
+        replay = asyncio.run(_replay_rate(instance.address, "bench", rows))
+        server = spark.read.format("amps").option("server", instance.address)
+        s_count, s_seconds = _timed(lambda: server.option("topic", "bench").load().count())
+        served = _rate(s_count, s_seconds)
+        print(f"server read: {served:,.0f} rows/s against the client's epoch replay "
+              f"{replay:,.0f} msg/s ({served / replay:.2f}x)", flush=True)  # fmt: skip
+
+
+def bench_sink(spark: Any, rows: int) -> None:
+    payloads = [p.decode() for p in json_payloads(size=BYTES)]
+    lines = "\n".join(payloads[i % len(payloads)] for i in range(rows)) + "\n"
+    with temp_instance("spark-sink", journal_size="64MB") as instance:
+        published = subprocess.run(
+            [sys.executable, "-m", "amps", "publish", "--server", instance.address, "--topic",
+             "cli", "--client-name", "bench-cli"],
+            input=lines, text=True, capture_output=True, env=process_env(), check=True,
+        )  # fmt: skip
+        del published
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "amps", "publish", "--server", instance.address, "--topic",
+             "cli2", "--client-name", "bench-cli2"],
+            input=lines, text=True, capture_output=True, env=process_env(), check=True,
+        )  # fmt: skip
+        cli = _rate(rows, time.perf_counter() - started)
+        df = spark.createDataFrame(
+            [(payloads[i % len(payloads)],) for i in range(rows)], "data string"
+        )
+        df = df.repartition(2).cache()
+        df.count()
+
+        def write(publisher: str) -> None:
+            df.write.format("amps").mode("append").option("server", instance.address).option(
+                "topic", "sunk").option("publisher", publisher).save()  # fmt: skip
+
+        write("warm-up")
+        _, seconds = _timed(lambda: write("bench-sink"))
+        sink = _rate(rows, seconds)
+        _, again = _timed(lambda: write("bench-sink"))  # every row already held: skipped
+        print(
+            f"sink: {sink:,.0f} rows/s against amps publish {cli:,.0f} msg/s "
+            f"({sink / cli:.2f}x); the same job again (all skipped) {again:.2f} s",
+            flush=True,
+        )
+
+
+async def _report_journal(directory: Path, messages: int) -> None:
+    from amps.log.journal import Journal
+    from amps.log.records import QueueAction, QueueRecord
+
+    journal = Journal.open(directory)
+    start = 1_800_000_000_000_000
+    payload = json_payloads(count=1, size=BYTES)[0]
+    step = 1000
+    for first in range(0, messages, step):
+        txids = []
+        for i in range(first, min(messages, first + step)):
+            record = journal.append_publish(
+                topic="jobs-topic", data=payload, publisher_id=9, seq=i + 1,
+                timestamp_us=start + i * 1000,
+            )  # fmt: skip
+            txids.append(record.txid)
+        now = start + (first + step) * 1000 + 50_000
+        journal.append(QueueRecord(
+            0, now, "jobs", QueueAction.ACK, txids=tuple(txids),
+            delivered_us=tuple(now - 30_000 for _ in txids),
+            deliveries=tuple(1 + (t % 10 == 0) for t in txids),
+        ))  # fmt: skip
+        if first % 100_000 == 0:
+            await journal.commit()
+    await journal.commit()
+    await journal.close()
+
+
+def bench_report(messages: int) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="bench-report-")) / "journal"
+    asyncio.run(_report_journal(directory, messages))
+    out = directory.parent / "report.html"
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "amps", "report", "queues", "--journal", str(directory),
+         "--out", str(out), "--master", "local[2]"],
+        env=process_env(), check=True, capture_output=True,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    print(f"amps report queues over {messages:,} messages: {seconds:.1f} s "
+          f"(Spark start included; {out.stat().st_size:,} B of HTML)", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=300_000)
+    parser.add_argument("--sink-rows", type=int, default=100_000)
+    parser.add_argument("--report-messages", type=int, default=1_000_000)
+    args = parser.parse_args()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from tests.spark.conftest import session_builder
+
+    spark = session_builder("local[2]", "amps-bench").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        bench_reads(spark, args.rows)
+        bench_sink(spark, args.sink_rows)
+    finally:
+        spark.stop()
+    bench_report(args.report_messages)
+
+
+if __name__ == "__main__":
+    main()
