@@ -103,6 +103,8 @@ class _Java:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=10)
         self._reader.join(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 @pytest.fixture
