@@ -2,9 +2,9 @@
 
 Planning opens the journal read-only (as `amps journal dump`: no lock, nothing written), fixes
 the txid range (the `from`/`to` bookmark specs and the durable end at planning) and cuts it into
-pieces of at most `records_per_partition` records per segment. A piece names the directory and
-the segment's summary, so an executor that sees the same path reads it with the journal's own
-reader and codec, whatever is appended meanwhile.
+pieces of at most `records_per_partition` records per segment. A piece names the segment's file
+and summary, so an executor that sees the same path reads it with the journal's own reader and
+codec, whatever is appended meanwhile.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ BATCH_RECORDS = 8192
 
 @dataclass(frozen=True)
 class JournalPiece:
-    """Records first_txid..last_txid of one segment of the journal at `directory`."""
+    """Records first_txid..last_txid of one segment, whose file (in the journal or its archive
+    directory, plain or compressed) is `path`."""
 
-    directory: str
+    path: str
     segment: SegmentSummary
     first_txid: int
     last_txid: int
@@ -41,7 +42,8 @@ def plan(directory: str, options: ReadOptions) -> list[JournalPiece]:
     path = Path(directory)
     if not path.is_dir():
         raise InvalidOptions(f"journal directory {directory!r} does not exist")
-    journal = Journal.open(path, read_only=True)
+    archive = Path(options.archive) if options.archive else None
+    journal = Journal.open(path, read_only=True, archive_directory=archive)
     try:
         first = journal.first_txid
         if options.start:
@@ -61,7 +63,8 @@ def plan(directory: str, options: ReadOptions) -> list[JournalPiece]:
             summary = segment.summary() if isinstance(segment, SegmentBuilder) else segment
             for start in range(low, high + 1, step):
                 end = min(high, start + step - 1)
-                pieces.append(JournalPiece(str(path.resolve()), summary, start, end))
+                segment_path = journal.segment_path(segment.first_txid).resolve()
+                pieces.append(JournalPiece(str(segment_path), summary, start, end))
         return pieces
     finally:
         journal.close_read_only()
@@ -69,7 +72,8 @@ def plan(directory: str, options: ReadOptions) -> list[JournalPiece]:
 
 def read(piece: JournalPiece, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     """The selected records of one piece, as batches of at most BATCH_RECORDS rows."""
-    reader = SegmentReader(Path(piece.directory))
+    segment_path = Path(piece.path)
+    reader = SegmentReader(lambda _first_txid: segment_path)
     keep = options.selector()
     try:
         txid = piece.first_txid

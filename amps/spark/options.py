@@ -51,8 +51,8 @@ class ReadOptions:
     start: str = ""  # a bookmark spec: where the read starts (default: the epoch)
     end: str = ""  # a bookmark spec: where it ends (default: the durable end at planning)
     kinds: str = "publish"
+    archive: str = ""  # the journal's archive directory, where archived segments are
     records_per_partition: int = 1_000_000
-    max_records_per_trigger: int = 0  # streaming: 0 = everything available
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -63,8 +63,8 @@ class ReadOptions:
             start=options.get("from", ""),
             end=options.get("to", ""),
             kinds=options.get("kinds", "publish").lower(),
+            archive=options.get("archive", ""),
             records_per_partition=_int(options, "recordsPerPartition", 1_000_000),
-            max_records_per_trigger=_int(options, "maxRecordsPerTrigger", 0, low=0),
         )
         if read.kinds not in KINDS:
             raise InvalidOptions(f"option kinds={read.kinds!r}: expected publish or all")
