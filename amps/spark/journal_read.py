@@ -9,7 +9,7 @@ codec, whatever is appended meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from amps.errors import InvalidOptions
 from amps.log.bookmarks import Epoch, parse_bookmark_spec
 from amps.log.journal import Journal
 from amps.log.reader import SegmentReader
+from amps.log.records import Record
 from amps.log.segments import SegmentBuilder, SegmentSummary
 from amps.spark.options import ReadOptions
 from amps.spark.rows import records_batch
@@ -75,10 +76,16 @@ def read(piece: JournalPiece, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     segment_path = Path(piece.path)
     reader = SegmentReader(lambda _first_txid: segment_path)
     keep = options.selector()
+    # Publishes only (the default): other records are checked but never built.
+    fetch: Callable[..., Sequence[Record]] = reader.read
+    if options.kinds == "publish":
+        fetch = reader.read_publishes
+        if not options.topic and not options.filter:
+            keep = None
     try:
         txid = piece.first_txid
         while txid <= piece.last_txid:
-            records = reader.read([piece.segment], txid, piece.last_txid, BATCH_RECORDS)
+            records = fetch([piece.segment], txid, piece.last_txid, BATCH_RECORDS)
             if not records:
                 break
             txid = records[-1].txid + 1

@@ -48,12 +48,10 @@ class AmpsDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         read = ReadOptions.parse(self.options)
         found = servers(self.options)
-        if found:
-            return _ServerReader(found, read)
         path = self.options.get("path", "")
-        if not path:
+        if not path and not found:
             raise InvalidOptions("give a journal directory (load(path)) or option server")
-        return _JournalReader(path, read)
+        return _BatchReader(path, found, read)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         found = servers(self.options)
@@ -84,33 +82,28 @@ def _default_publisher(options: Any) -> str:
     return "".join(c if c.isalnum() or c in "-_.:" else "_" for c in name)
 
 
-class _Piece(InputPartition):
-    def __init__(self, piece: Any) -> None:
-        super().__init__(piece)
+class _BatchReader(DataSourceReader):
+    """A journal directory (`path`) or servers: planned on the driver, read on executors."""
 
-
-class _JournalReader(DataSourceReader):
-    def __init__(self, path: str, options: ReadOptions) -> None:
+    def __init__(self, path: str, found: tuple[str, ...], options: ReadOptions) -> None:
         self.path = path
-        self.options = options
-
-    def partitions(self) -> Sequence[InputPartition]:
-        return [_Piece(p) for p in journal_read.plan(self.path, self.options)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return journal_read.read(partition.value, self.options)
-
-
-class _ServerReader(DataSourceReader):
-    def __init__(self, found: tuple[str, ...], options: ReadOptions) -> None:
         self.servers = found
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [_Piece(p) for p in server_read.plan(self.servers, self.options)]
+        if self.servers:
+            return [InputPartition(p) for p in server_read.plan(self.servers, self.options)]
+        return [InputPartition(p) for p in journal_read.plan(self.path, self.options)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return server_read.read(partition.value, self.options)
+        return _read(partition, self.options)
+
+
+def _read(partition: InputPartition, options: ReadOptions) -> Iterator[pa.RecordBatch]:
+    piece = partition.value
+    if isinstance(piece, journal_read.JournalPiece):
+        return journal_read.read(piece, options)
+    return server_read.read(piece, options)
 
 
 class _StreamReader(DataSourceStreamReader):
@@ -133,13 +126,13 @@ class _StreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         return [
-            _Piece(server_read.ServerPiece(s, start.get(s, 0), end[s], "0"))
+            InputPartition(server_read.ServerPiece(s, start.get(s, 0), end[s], "0"))
             for s in self.servers
             if end[s] > start.get(s, 0)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return server_read.read(partition.value, self.options)
+        return _read(partition, self.options)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the positions live in Spark's checkpoint."""
