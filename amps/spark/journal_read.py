@@ -9,13 +9,14 @@ codec, whatever is appended meanwhile.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
-from amps.errors import InvalidOptions
+from amps.errors import CorruptRecord, InvalidOptions
 from amps.log.bookmarks import Epoch, parse_bookmark_spec
 from amps.log.journal import Journal
 from amps.log.reader import SegmentReader
@@ -25,6 +26,8 @@ from amps.spark.options import ReadOptions
 from amps.spark.rows import records_batch
 
 BATCH_RECORDS = 8192
+OPEN_ATTEMPTS = 5
+OPEN_RETRY_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def plan(directory: str, options: ReadOptions) -> list[JournalPiece]:
     if not path.is_dir():
         raise InvalidOptions(f"journal directory {directory!r} does not exist")
     archive = Path(options.archive) if options.archive else None
-    journal = Journal.open(path, read_only=True, archive_directory=archive)
+    journal = _open_live(path, archive)
     try:
         first = journal.first_txid
         if options.start:
@@ -69,6 +72,20 @@ def plan(directory: str, options: ReadOptions) -> list[JournalPiece]:
         return pieces
     finally:
         journal.close_read_only()
+
+
+def _open_live(path: Path, archive: Path | None) -> Journal:
+    """Open read-only, tolerating a write in progress: a read racing the instance's append can
+    see a later page of its write (a commit marker) before an earlier one, which the journal
+    reports as damage; damage that is really there is still there after OPEN_ATTEMPTS reads."""
+    for attempt in range(OPEN_ATTEMPTS):
+        try:
+            return Journal.open(path, read_only=True, archive_directory=archive)
+        except CorruptRecord:
+            if attempt == OPEN_ATTEMPTS - 1:
+                raise
+            time.sleep(OPEN_RETRY_S)
+    raise AssertionError("unreachable")
 
 
 def read(piece: JournalPiece, options: ReadOptions) -> Iterator[pa.RecordBatch]:
