@@ -1,13 +1,18 @@
 """Link frames <-> protobuf: the only replication module that imports generated code. [io]
 
 Records cross as the transaction log's own framed bytes (amps/log/codec.py), so a batch costs
-one protobuf message and one CRC-checked decode, not one message per record.
+one protobuf message and one CRC-checked decode, not one message per record. A publish whose
+frame the sender's journal still keeps (`Journal.frames`) crosses as that frame, not encoded
+again: byte for byte what encoding its record would give.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from amps.errors import CorruptRecord
 from amps.log import codec
+from amps.log.records import PublishRecord, Record
 from amps.v1 import replication_pb2 as pb
 from replication.frames import (
     Ack,
@@ -26,10 +31,13 @@ class BadFrame(ValueError):
     """A frame from a peer that does not decode; the link is closed with this text."""
 
 
-def to_pb(frame: Frame) -> pb.LinkFrame:
-    """The protobuf LinkFrame of one frame."""
+_NO_FRAMES: Mapping[int, bytes] = {}
+
+
+def to_pb(frame: Frame, kept: Mapping[int, bytes] = _NO_FRAMES) -> pb.LinkFrame:
+    """The protobuf LinkFrame of one frame; `kept`: the local journal's frames by txid."""
     if isinstance(frame, Batch):
-        data = b"".join(codec.encode(record) for record in frame.records)
+        data = b"".join([_framed(record, kept) for record in frame.records])
         return pb.LinkFrame(
             batch=pb.Batch(
                 batch_id=frame.batch_id,
@@ -72,6 +80,15 @@ def to_pb(frame: Frame) -> pb.LinkFrame:
             ],
         )
     )
+
+
+def _framed(record: Record, kept: Mapping[int, bytes]) -> bytes:
+    # Only a publish is sent as logged; the link rewrites queue records (bookmarks for txids).
+    if type(record) is PublishRecord:
+        frame = kept.get(record.txid)
+        if frame is not None:
+            return frame
+    return codec.encode(record)
 
 
 def from_pb(message: pb.LinkFrame) -> Frame:

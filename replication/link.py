@@ -59,6 +59,8 @@ log = logging.getLogger("amps.replication")
 POSITIONS_FILE = "replication-positions.json"
 SAVE_INTERVAL_S = 1.0
 DEFAULT_RECONNECT_S = 1.0
+# The journal keeps this much of its latest frames for links that keep up (no re-encoding).
+KEPT_FRAMES_BYTES = 16 * 1024 * 1024
 GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", GRPC_MAX_FRAME_BYTES),
@@ -125,10 +127,13 @@ class Replicator:
         self._positions_path = directory / POSITIONS_FILE
         self.book = PositionBook(_load_positions(self._positions_path))
         self._log = _CachedLog(instance)
+        self._frames = instance.journal.frames
         self.reachability = Reachability(config.name)
         replication = config.replication
         destinations = replication.destinations if replication is not None else ()
         self.routes = {d.name: Route(config.name, d) for d in destinations}
+        if self.routes:
+            instance.journal.keep_frames(KEPT_FRAMES_BYTES)
         self.cores: dict[str, LinkCore] = {}
         self._sessions: dict[str, _Session] = {}
         self._generation = 0
@@ -457,7 +462,7 @@ class Replicator:
     def _execute(self, session: _Session, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Send):
-                session.outgoing.put_nowait(to_pb(action.frame))
+                session.outgoing.put_nowait(to_pb(action.frame, self._frames))
             elif isinstance(action, Apply):
                 self.instance.append_replicated(action.records)
                 through = action.through_txid

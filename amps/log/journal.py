@@ -15,7 +15,8 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -161,6 +162,19 @@ class Journal:
         self._checkpoint_at_bytes = CHECKPOINT_EVERY_BYTES
         self.recovery_note = ""
         self.reader = SegmentReader(self.segment_path)
+        # The most recent appends' frames by txid, up to `_frames_max_bytes` (`keep_frames`):
+        # replication links ship a publish's frame as appended instead of encoding it again.
+        self.frames: dict[int, bytes] = {}
+        self._frames_order: deque[tuple[int, int]] = deque()  # (txid, size), oldest first
+        self._frames_bytes = 0
+        self._frames_max_bytes = 0
+
+    def keep_frames(self, max_bytes: int) -> None:
+        """Keep the frames of the latest appends in `frames`, up to `max_bytes` (0: none)."""
+        self._frames_max_bytes = max_bytes
+        self.frames.clear()
+        self._frames_order.clear()
+        self._frames_bytes = 0
 
     # ----------------------------------------------------------------------------- opening
 
@@ -333,6 +347,32 @@ class Journal:
             correlation_id, expiration_s,
         )  # fmt: skip
 
+    def append_replicated(self, records: Iterable[PublishRecord]) -> tuple[list[PublishRecord], int]:
+        """Append a peer's publishes under local txids, origin kept, one call per batch: each
+        frame encoded straight from the fields, a publish already held skipped by the same
+        de-duplication as a local publish (L4). Returns (what was appended, how many skipped)."""
+        self._check_writable()
+        appended: list[PublishRecord] = []
+        add = appended.append
+        encode_publish, new_publish = codec.encode_publish, codec.new_publish
+        marks = self.marks
+        duplicates = 0
+        for r in records:
+            publisher_id, seq = r.publisher_id, r.seq
+            if marks.is_duplicate(publisher_id, seq):
+                duplicates += 1
+                continue
+            txid = self._next_txid
+            timestamp_us = max(r.timestamp_us, self._last_timestamp_us)
+            fields = (
+                txid, timestamp_us, r.topic, r.data, publisher_id, seq, r.origin_instance,
+                r.origin_group, r.origin_txid, r.correlation_id, r.expiration_s,
+            )  # fmt: skip
+            self._buffer_frame(encode_publish(*fields), txid, timestamp_us, publisher_id, seq)
+            marks.advance(publisher_id, seq)
+            add(new_publish(*fields))
+        return appended, duplicates
+
     def append(self, record: Record) -> Record:
         """Assign a txid to any record built with txid=0 and buffer it."""
         self._check_writable()
@@ -371,6 +411,18 @@ class Journal:
         self._pending_bytes += size
         self._next_txid = txid + 1
         self._last_timestamp_us = timestamp_us
+        if self._frames_max_bytes:
+            self._keep_frame(frame, txid, size)
+
+    def _keep_frame(self, frame: bytes, txid: int, size: int) -> None:
+        frames, order = self.frames, self._frames_order
+        frames[txid] = frame
+        order.append((txid, size))
+        self._frames_bytes += size
+        while self._frames_bytes > self._frames_max_bytes:
+            old, old_size = order.popleft()
+            del frames[old]
+            self._frames_bytes -= old_size
 
     # ----------------------------------------------------------------------------- committing
 

@@ -244,36 +244,30 @@ class Instance:
 
     def append_replicated(self, records: tuple[Record, ...]) -> None:
         """Append what a peer replicated under local txids, origin kept; the same publisher
-        de-duplication as a local publish (L4), so a republish after failover adds nothing."""
-        journal = self.journal
-        marks = journal.marks
+        de-duplication as a local publish (L4), so a republish after failover adds nothing.
+        Runs of publishes go to the journal in one call each (a batch is usually one run)."""
+        run: list[PublishRecord] = []
         for record in records:
-            if isinstance(record, QueueRecord):
+            if isinstance(record, PublishRecord):
+                run.append(record)
+            elif isinstance(record, QueueRecord):
                 # A replicated sow_delete: this instance's queue applies it (and logs its own
                 # removal); an ack that comes before its message waits in the deferred acks.
+                self._append_replicated_publishes(run)
+                run = []
                 self.queues.replicated_ack(record)
-                continue
-            if not isinstance(record, PublishRecord):
-                continue
-            if marks.is_duplicate(record.publisher_id, record.seq):
-                self.statistics.duplicates += 1
-                continue
-            self._undispatched.append(
-                journal.append_publish(
-                    topic=record.topic,
-                    data=record.data,
-                    publisher_id=record.publisher_id,
-                    seq=record.seq,
-                    timestamp_us=record.timestamp_us,
-                    correlation_id=record.correlation_id,
-                    expiration_s=record.expiration_s,
-                    origin_instance=record.origin_instance,
-                    origin_group=record.origin_group,
-                    origin_txid=record.origin_txid,
-                )
-            )
-            self._count_publish(record.topic, len(record.data))
+        self._append_replicated_publishes(run)
         self._commit_wanted.set()
+
+    def _append_replicated_publishes(self, run: list[PublishRecord]) -> None:
+        if not run:
+            return
+        appended, duplicates = self.journal.append_replicated(run)
+        self.statistics.duplicates += duplicates
+        self._undispatched.extend(appended)
+        count = self._count_publish
+        for record in appended:
+            count(record.topic, len(record.data))
 
     def release_persisted_acks(self) -> None:
         """A sync destination acknowledged more (or was downgraded): ack what it allows."""
