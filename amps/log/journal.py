@@ -347,7 +347,9 @@ class Journal:
             correlation_id, expiration_s,
         )  # fmt: skip
 
-    def append_replicated(self, records: Iterable[PublishRecord]) -> tuple[list[PublishRecord], int]:
+    def append_replicated(
+        self, records: Iterable[PublishRecord]
+    ) -> tuple[list[PublishRecord], int]:
         """Append a peer's publishes under local txids, origin kept, one call per batch: each
         frame encoded straight from the fields, a publish already held skipped by the same
         de-duplication as a local publish (L4). Returns (what was appended, how many skipped)."""

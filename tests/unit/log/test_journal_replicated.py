@@ -1,0 +1,102 @@
+"""A peer's publishes appended in one journal call, and the frames the journal keeps for the
+replication links that ship them as appended (issue 8, L4, R10)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from amps.log.bookmarks import Bookmark
+from amps.log.codec import encode
+from amps.log.journal import Journal
+from amps.log.records import PublishRecord, QueueAction, QueueRecord
+from amps.v1 import replication_pb2 as pb
+from replication.convert import from_pb, to_pb
+from replication.frames import Batch
+
+SEGMENT_SIZE_BYTES = 16 * 1024
+
+
+def _open(directory: Path) -> Journal:
+    return Journal.open(
+        directory, segment_size_bytes=SEGMENT_SIZE_BYTES, instance_name="b", group="g"
+    )
+
+
+def _peer_publish(origin_txid: int, publisher_id: int, seq: int) -> PublishRecord:
+    return PublishRecord(
+        origin_txid, 1_000 + origin_txid, "orders", b"m%d" % seq + b"." * 300, publisher_id, seq,
+        "a", "ga", origin_txid, "corr" if seq % 2 else "", 0,
+    )  # fmt: skip
+
+
+async def test_a_batch_appends_like_one_publish_at_a_time(tmp_path: Path) -> None:
+    batch = [_peer_publish(i, 7 + i % 2, 1 + i // 2) for i in range(1, 41)]
+    one_by_one = _open(tmp_path / "one")
+    expected = [
+        one_by_one.append_publish(
+            topic=r.topic,
+            data=r.data,
+            publisher_id=r.publisher_id,
+            seq=r.seq,
+            timestamp_us=r.timestamp_us,
+            correlation_id=r.correlation_id,
+            expiration_s=r.expiration_s,
+            origin_instance=r.origin_instance,
+            origin_group=r.origin_group,
+            origin_txid=r.origin_txid,
+        )
+        for r in batch
+    ]
+    await one_by_one.commit()
+    bulk = _open(tmp_path / "bulk")
+    appended, duplicates = bulk.append_replicated(batch)
+    await bulk.commit()
+    assert (appended, duplicates) == (expected, 0)
+    assert bulk.read(1, 100) == one_by_one.read(1, 100) == expected  # the bytes on disk agree
+    await one_by_one.close()
+    await bulk.close()
+
+
+async def test_a_resent_publish_is_skipped_within_and_across_batches(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    first, skipped = journal.append_replicated([_peer_publish(1, 7, 1), _peer_publish(2, 7, 2)])
+    assert skipped == 0
+    assert [r.txid for r in first] == [1, 2]
+    # A resend after a broken link: seq 2 again, and seq 3 twice in one batch (L4).
+    again, skipped = journal.append_replicated(
+        [_peer_publish(2, 7, 2), _peer_publish(3, 7, 3), _peer_publish(3, 7, 3)]
+    )
+    assert skipped == 2
+    assert [(r.txid, r.seq) for r in again] == [(3, 3)]
+    assert journal.marks.high_water(7) == 3
+    await journal.close()
+
+
+async def test_kept_frames_are_the_appended_bytes_and_bounded(tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    journal.keep_frames(4 * 1024)
+    local = [
+        journal.append_publish(topic="t", data=b"x" * 500, publisher_id=9, seq=s, timestamp_us=s)
+        for s in range(1, 21)
+    ]
+    replicated, _ = journal.append_replicated([_peer_publish(100, 7, 1)])
+    queue = journal.append(QueueRecord(0, 0, "q", QueueAction.ACK, txids=(local[-1].txid,)))
+    await journal.commit()
+    kept = journal.frames
+    assert sum(len(frame) for frame in kept.values()) <= 4 * 1024
+    assert max(kept) == queue.txid
+    assert min(kept) > 1  # the oldest went first
+    for record in [*local, *replicated, queue]:
+        if record.txid in kept:
+            assert kept[record.txid] == encode(record)
+    # A batch sent with the kept frames is byte for byte the batch encoded from its records;
+    # a queue record the link rewrote (bookmarks for txids) is encoded, not sent as kept.
+    rewritten = replace(queue, bookmarks=(Bookmark(9, 20),), txids=())
+    records = (*(r for r in [*local, *replicated] if r.txid in kept), rewritten)
+    batch = Batch(1, records[-1].txid, records)
+    assert to_pb(batch, kept).SerializeToString() == to_pb(batch).SerializeToString()
+    assert from_pb(pb.LinkFrame.FromString(to_pb(batch, kept).SerializeToString())) == batch
+    journal.keep_frames(0)
+    assert not journal.frames
+    await journal.close()
