@@ -31,11 +31,8 @@ class BadFrame(ValueError):
     """A frame from a peer that does not decode; the link is closed with this text."""
 
 
-_NO_FRAMES: Mapping[int, bytes] = {}
-
-
-def to_pb(frame: Frame, kept: Mapping[int, bytes] = _NO_FRAMES) -> pb.LinkFrame:
-    """The protobuf LinkFrame of one frame; `kept`: the local journal's frames by txid."""
+def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
+    """The protobuf LinkFrame of one frame; `kept`: frames of the local journal by txid."""
     if isinstance(frame, Batch):
         data = b"".join([_framed(record, kept) for record in frame.records])
         return pb.LinkFrame(
@@ -82,12 +79,13 @@ def to_pb(frame: Frame, kept: Mapping[int, bytes] = _NO_FRAMES) -> pb.LinkFrame:
     )
 
 
-def _framed(record: Record, kept: Mapping[int, bytes]) -> bytes:
+def _framed(record: Record, kept: tuple[Mapping[int, bytes], ...]) -> bytes:
     # Only a publish is sent as logged; the link rewrites queue records (bookmarks for txids).
     if type(record) is PublishRecord:
-        frame = kept.get(record.txid)
-        if frame is not None:
-            return frame
+        for frames in kept:
+            frame = frames.get(record.txid)
+            if frame is not None:
+                return frame
     return codec.encode(record)
 
 

@@ -90,11 +90,19 @@ class _Session:
 
 class _CachedLog:
     """The links' view of the log: recent durable publishes straight from the instance's record
-    cache (no read, no decode: the usual case for a link that keeps up), the journal else."""
+    cache (no read, no decode: the usual case for a link that keeps up), the journal else.
+
+    `frames` holds each record's frame as the journal appended it or as read from disk, so a
+    batch ships those bytes instead of encoding its records again: the journal's latest frames
+    (`Journal.keep_frames`), then what the last reads brought in (bounded by bytes).
+    """
 
     def __init__(self, instance: Instance) -> None:
         self._journal = instance.journal
         self._records = instance.records.records
+        self.read_frames: dict[int, bytes] = {}
+        self._read_frames_bytes = 0
+        self.frames = (self._journal.frames, self.read_frames)
 
     @property
     def first_txid(self) -> int:
@@ -113,8 +121,16 @@ class _CachedLog:
             if record is None:
                 break
             out.append(record)
-        # A prefix is enough (the caller reads on from its end); none: the journal has it.
-        return out or self._journal.read(from_txid, max_records)
+        if out:
+            return out  # a prefix is enough: the caller reads on from its end
+        if self._read_frames_bytes > KEPT_FRAMES_BYTES:
+            self.read_frames.clear()  # the frames of earlier reads went out in earlier steps
+            self._read_frames_bytes = 0
+        before = len(self.read_frames)
+        out = self._journal.read(from_txid, max_records, self.read_frames)
+        if len(self.read_frames) > before:
+            self._read_frames_bytes += sum(len(self.read_frames[r.txid]) for r in out)
+        return out
 
 
 class Replicator:
@@ -127,7 +143,6 @@ class Replicator:
         self._positions_path = directory / POSITIONS_FILE
         self.book = PositionBook(_load_positions(self._positions_path))
         self._log = _CachedLog(instance)
-        self._frames = instance.journal.frames
         self.reachability = Reachability(config.name)
         replication = config.replication
         destinations = replication.destinations if replication is not None else ()
@@ -462,7 +477,7 @@ class Replicator:
     def _execute(self, session: _Session, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Send):
-                session.outgoing.put_nowait(to_pb(action.frame, self._frames))
+                session.outgoing.put_nowait(to_pb(action.frame, *self._log.frames))
             elif isinstance(action, Apply):
                 self.instance.append_replicated(action.records)
                 through = action.through_txid

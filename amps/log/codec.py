@@ -64,6 +64,7 @@ __all__ = [
     "frame_length",
     "new_publish",
     "peek_payload",
+    "record_frames",
 ]
 
 MAGIC = 0xA3B5_1A7E
@@ -514,6 +515,20 @@ def _decode(
     if offset < stop and remaining != 0:
         frame_length(buf, offset, stop)  # a partial header must at least start with the magic
     return records, offset
+
+
+def record_frames(buf: bytes, end: int) -> list[bytes]:
+    """The frames of the records in buf[:end], control frames left out: one per record that
+    `decode` returned for the same bytes (which checked them), in the same order."""
+    frames: list[bytes] = []
+    unpack_header = HEADER.unpack_from
+    offset = 0
+    while offset < end:
+        stop = offset + HEADER_SIZE_BYTES + unpack_header(buf, offset)[2]
+        if buf[offset + HEADER_SIZE_BYTES] not in CONTROL_KINDS:
+            frames.append(buf[offset:stop])
+        offset = stop
+    return frames
 
 
 # The frame header and a publish's fixed fields, unpacked in one call (every kind starts with

@@ -545,12 +545,15 @@ class Journal:
 
     # ----------------------------------------------------------------------------- reading
 
-    def read(self, from_txid: int, max_records: int) -> list[Record]:
-        """Up to `max_records` durable records from `from_txid` on, in txid order."""
+    def read(
+        self, from_txid: int, max_records: int, frames: dict[int, bytes] | None = None
+    ) -> list[Record]:
+        """Up to `max_records` durable records from `from_txid` on, in txid order; with
+        `frames`, each one's frame as it is on disk goes there too, by txid."""
         from_txid = max(from_txid, self.first_txid)
         if max_records <= 0 or from_txid > self._durable_txid:
             return []
-        return self.reader.read(self.segments(), from_txid, self._durable_txid, max_records)
+        return self.reader.read(self.segments(), from_txid, self._durable_txid, max_records, frames)
 
     def read_heads(self, from_txid: int, max_records: int) -> list[Record | codec.PublishHead]:
         """`read`, with each publish as its `PublishHead` (what queue recovery needs of it)."""

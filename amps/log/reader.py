@@ -74,10 +74,12 @@ class SegmentReader:
         self._file = self._files.file
 
     def read(
-        self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int
-    ) -> list[Record]:
-        """Records from_txid..upper_txid (at most max_records) from `segments` (oldest first)."""
-        out = self._read(segments, from_txid, upper_txid, max_records, heads=False)
+        self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int,
+        frames: dict[int, bytes] | None = None,
+    ) -> list[Record]:  # fmt: skip
+        """Records from_txid..upper_txid (at most max_records) from `segments` (oldest first);
+        with `frames`, each record's frame goes there too, by txid."""
+        out = self._read(segments, from_txid, upper_txid, max_records, heads=False, frames=frames)
         return out  # type: ignore[return-value]
 
     def read_heads(
@@ -88,7 +90,7 @@ class SegmentReader:
 
     def _read(
         self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int,
-        *, heads: bool,
+        *, heads: bool, frames: dict[int, bytes] | None = None,
     ) -> list[Record | codec.PublishHead]:  # fmt: skip
         out: list[Record | codec.PublishHead] = []
         firsts = [s.first_txid for s in segments]
@@ -100,7 +102,7 @@ class SegmentReader:
                 i += 1
                 continue
             want = min(max_records - len(out), upper_txid - txid + 1, segment.last_txid - txid + 1)
-            self._read_segment(segment, txid, want, out, heads)
+            self._read_segment(segment, txid, want, out, heads, frames)
             last = out[-1]
             txid = (last[0] if type(last) is tuple else last.txid) + 1  # type: ignore[union-attr]
         return out
@@ -112,6 +114,7 @@ class SegmentReader:
         want: int,
         out: list[Record | codec.PublishHead],
         heads: bool,
+        frames: dict[int, bytes] | None = None,
     ) -> None:
         j = bisect_right(segment.index_txids, from_txid) - 1
         assert j >= 0, (segment.first_txid, from_txid)
@@ -134,6 +137,11 @@ class SegmentReader:
                 size *= 2  # one frame longer than the read
                 continue
             left -= len(records)
+            if frames is not None:
+                for record, frame in zip(
+                    records, codec.record_frames(chunk, consumed), strict=True
+                ):
+                    frames[record.txid] = frame  # type: ignore[union-attr]
             if skip:
                 dropped = min(skip, len(records))
                 records = records[dropped:]

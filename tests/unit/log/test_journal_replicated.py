@@ -100,3 +100,19 @@ async def test_kept_frames_are_the_appended_bytes_and_bounded(tmp_path: Path) ->
     journal.keep_frames(0)
     assert not journal.frames
     await journal.close()
+
+
+async def test_a_read_gives_each_record_its_frame_as_on_disk(tmp_path: Path) -> None:
+    journal = _open(tmp_path)  # 16 KiB segments: the read crosses segment headers and commits
+    for s in range(1, 61):
+        journal.append_publish(topic="t", data=b"y" * 700, publisher_id=9, seq=s, timestamp_us=s)
+        if s % 7 == 0:
+            await journal.commit()  # a commit marker between records
+    journal.append(QueueRecord(0, 0, "q", QueueAction.ACK, txids=(3,)))
+    await journal.commit()
+    frames: dict[int, bytes] = {}
+    records = journal.read(5, 100, frames)
+    assert [r.txid for r in records] == list(range(5, 62))
+    for record in records:
+        assert frames[record.txid] == encode(record)
+    await journal.close()
