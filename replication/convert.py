@@ -34,15 +34,16 @@ class BadFrame(ValueError):
 def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
     """The protobuf LinkFrame of one frame; `kept`: frames of the local journal by txid."""
     if isinstance(frame, Batch):
-        data = b"".join([_framed(record, kept) for record in frame.records])
-        return pb.LinkFrame(
-            batch=pb.Batch(
-                batch_id=frame.batch_id,
-                through_txid=frame.through_txid,
-                records=data,
-                record_count=len(frame.records),
-            )
-        )
+        message = pb.LinkFrame()
+        # Set in place: LinkFrame(batch=pb.Batch(...)) copies the batch's bytes again, ~2.7 ms
+        # per MiB with upb, where the records themselves cost ~0.2 ms.
+        batch = message.batch
+        batch.SetInParent()  # a batch even when every field is at its default
+        batch.batch_id = frame.batch_id
+        batch.through_txid = frame.through_txid
+        batch.records = b"".join([_framed(record, kept) for record in frame.records])
+        batch.record_count = len(frame.records)
+        return message
     if isinstance(frame, Ack):
         return pb.LinkFrame(ack=pb.LinkAck(through_txid=frame.through_txid))
     if isinstance(frame, Heartbeat):
