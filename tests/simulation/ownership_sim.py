@@ -7,9 +7,12 @@ lossy transfer requests, partitions that heal) and simulated consumers that leas
 All randomness comes from one seed. A safety phase (crashes, partitions) is followed by a
 liveness phase (heal, replicate everything, then drain with consumers everywhere).
 
-Invariants, checked after every step: no message is leased on two instances at once; each
-machine's own invariants hold. At the end: every instance agrees on the owner and epoch of
-every unremoved message, and every published message is acked everywhere.
+Invariants, checked after every step: no message is leased on two instances at once, except
+the duplicates proxied transfer is documented to allow (R7: a message a proxy claimed or
+granted while its owner was unreachable, not down); each machine's own invariants hold. At the
+end: every instance agrees on the owner and epoch of every unremoved message, and every
+published message is acked everywhere. With `proxied`, instance i0 is the runbook's survivor:
+proxied transfer is on there until the heal, when it is switched off again.
 
     python -m tests.simulation.ownership_sim --seeds 1000      (make sim SEEDS=1000)
     python -m tests.simulation.ownership_sim --seed 123 -v     (make sim SEED=123)
@@ -31,6 +34,7 @@ from replication.ownership import (
     Event,
     MessageEntered,
     MessageKey,
+    Offer,
     Ownership,
     OwnershipRecord,
     OwnershipRecorded,
@@ -62,6 +66,8 @@ class SimOptions:
     partition_probability: float = 0.03
     heal_probability: float = 0.05
     request_loss_probability: float = 0.1
+    max_down_steps: int = 20  # a crashed instance stays down up to this many steps
+    proxied: bool = False  # proxied transfer on i0 during the safety phase (R7)
     break_log_before_send: bool = False  # send grants before they are durable (must fail)
     break_first_request: bool = False  # grant every request, not the first (must fail)
 
@@ -97,6 +103,8 @@ class Instance:
     received: dict[str, int] = field(default_factory=dict)  # origin -> own entries held
     received_durable: dict[str, int] = field(default_factory=dict)
     up: bool = True
+    down_steps: int = 0
+    proxied: bool = False
     consumer_room: int = 0  # how many leases its consumers take at once (0: no consumer)
     leased: dict[MessageKey, int] = field(default_factory=dict)  # key -> lease start ms
     arrived_ms: dict[MessageKey, int] = field(default_factory=dict)
@@ -110,12 +118,12 @@ class Instance:
         """Lose what was not synced, then rebuild ownership from the durable log."""
         kind = FirstRequestBroken if self.options.break_first_request else Ownership
         self.machine = kind(self.name, request_timeout_ms=REQUEST_TIMEOUT_MS)
+        self.machine.proxied_transfer = self.proxied
         self.latency = TransferLatencies(LATENCY)
         del self.log[self.durable_len :]
         del self.own[self.own_durable_len :]
         self.received = dict(self.received_durable)
         self.leased.clear()
-        self.up = True
         for _, entry in self.log:
             self.machine.handle(event_of(entry), now_ms)  # replay: actions were done before
             if entry[0] == "publish":
@@ -151,10 +159,14 @@ class Cluster:
         self.instances = {n: Instance(n, options) for n in names}
         for instance in self.instances.values():
             instance.consumer_room = self.rng.choice([0, 0, 1, 2])
+        if options.proxied:
+            self.set_proxied(self.instances[names[0]], on=True)
+        self.proxied_keys: set[MessageKey] = set()  # claimed or granted by a proxy
+        self.documented_duplicates = 0
+        self.duplicated_now: set[MessageKey] = set()
         self.cut: set[frozenset[str]] = set()
         self.requests: list[tuple[str, str, MessageKey]] = []  # (from, to, key), unordered
         self.published: list[MessageKey] = []
-        self.acked: set[MessageKey] = set()
         self.transcript: list[str] = []
 
     # -- the run ---------------------------------------------------------------------------
@@ -163,20 +175,31 @@ class Cluster:
         options = self.options
         for _ in range(options.safety_steps):
             self.step(faults=True)
+        for instance in self.instances.values():
+            if instance.proxied:
+                self.set_proxied(instance, on=False)  # the runbook: off once all are back
         self.heal()
         self.settle()
         self.check_agreement()
         for instance in self.instances.values():
             instance.consumer_room = max(instance.consumer_room, 1)
         for _ in range(options.drain_steps):
-            if len(self.acked) == len(self.published) and self.all_removed():
+            if self.all_removed():
                 return
             self.step(faults=False)
-        self.fail(f"not drained: {len(self.published) - len(self.acked)} message(s) never acked")
+        left = [k for k in self.published if not self.removed_everywhere(k)]
+        self.fail(f"not drained: {left} never acked everywhere")
 
     def step(self, *, faults: bool) -> None:
         rng = self.rng
         options = self.options
+        for instance in self.instances.values():
+            if not instance.up:
+                instance.down_steps -= 1
+                if instance.down_steps <= 0:
+                    instance.up = True
+                    self.note(f"restart {instance.name}")
+        self.update_reachability()
         choice = rng.random()
         if faults and choice < options.crash_probability:
             self.crash(rng.choice(list(self.instances)))
@@ -185,7 +208,7 @@ class Cluster:
             self.cut.add(frozenset((a, b)))
             self.note(f"cut {a}-{b}")
         elif choice < 0.15 and self.cut and rng.random() < self.options.heal_probability * 10:
-            self.cut.discard(rng.choice(list(self.cut)))
+            self.cut.discard(rng.choice(sorted(self.cut, key=sorted)))
             self.note("heal one")
         elif choice < 0.25 and len(self.published) < self.options.messages:
             self.publish(rng.choice(list(self.instances)))
@@ -207,9 +230,14 @@ class Cluster:
     # -- operations ------------------------------------------------------------------------
 
     def perform(self, instance: Instance, actions: list[Action]) -> None:
+        appended = False
         for action in actions:
             if isinstance(action, AppendOwnership):
                 instance.append(("own", action.record))
+                appended = True
+            elif isinstance(action, Offer) and appended:
+                if not self.options.break_log_before_send:
+                    instance.sync()  # the claim is durable before it is acted on (Rule 5)
             elif isinstance(action, SendOwnership) and self.options.break_log_before_send:
                 for other in self.instances.values():  # at once, durable or not: wrong
                     if other is not instance and self.linked(instance.name, other.name):
@@ -218,12 +246,22 @@ class Cluster:
                 self.requests.append((instance.name, action.owner, action.key))
 
     def handle(self, instance: Instance, event: Event) -> None:
-        self.perform(instance, instance.machine.handle(event, self.now_ms))
+        machine = instance.machine
+        key = event.record.key if isinstance(event, OwnershipRecorded) else event.key
+        owned_before = machine.owned_here(key)
+        actions = machine.handle(event, self.now_ms)
+        wrote = any(isinstance(a, AppendOwnership) for a in actions)
+        if wrote and machine.proxied_transfer and not owned_before:
+            self.proxied_keys.add(key)  # a claim, or a grant of what it did not own
+            self.note(f"proxied claim or grant of {key} at {instance.name}")
+        self.perform(instance, actions)
         if isinstance(event, Removed) and event.key in instance.leased:
             del instance.leased[event.key]  # acked elsewhere: the lease here is moot
 
     def publish(self, name: str) -> None:
         instance = self.instances[name]
+        if not instance.up:
+            return
         key = (list(self.instances).index(name), len(self.published))  # (publisher, seq)
         self.published.append(key)
         instance.append(("publish", key, name))
@@ -261,8 +299,18 @@ class Cluster:
             return
         source, owner, key = self.requests.pop(self.rng.randrange(len(self.requests)))
         target = self.instances[owner]
+        if owner in self.instances[source].machine.unreachable:
+            # Routed through a proxy that can reach the requester (R7), if there is one.
+            proxies = [
+                i
+                for i in self.instances.values()
+                if i.proxied and i.name != source and self.linked(source, i.name)
+            ]
+            if not proxies:
+                return
+            target = proxies[0]
         lost = self.rng.random() < self.options.request_loss_probability
-        if lost or not self.linked(source, owner):
+        if lost or not self.linked(source, target.name):
             return  # lost: the requester times out and may ask again
         held = key in target.leased or (
             target.consumer_room > len(target.leased) and target.machine.owned_here(key)
@@ -301,24 +349,46 @@ class Cluster:
         del instance.leased[key]
         instance.append(("removed", key))
         self.handle(instance, Removed(key))
-        self.acked.add(key)
         self.note(f"ack {key} at {instance.name}")
 
     def tick(self, ms: int) -> None:
         self.now_ms += ms
         for instance in self.instances.values():
-            self.perform(instance, instance.machine.on_deadline(self.now_ms))
+            if instance.up:
+                self.perform(instance, instance.machine.on_deadline(self.now_ms))
 
     def crash(self, name: str) -> None:
         instance = self.instances[name]
-        lost = {k for k in instance.own[instance.own_durable_len :] if k[0] == "removed"}
-        self.acked -= {entry[1] for entry in lost}  # type: ignore[misc]
+        if not instance.up:
+            return
         self.requests = [r for r in self.requests if name not in (r[0], r[1])]
         instance.restart(self.now_ms)
+        instance.up = False
+        instance.down_steps = self.rng.randint(1, max(1, self.options.max_down_steps))
         self.note(f"crash {name}")
 
     def heal(self) -> None:
         self.cut.clear()
+        for instance in self.instances.values():
+            instance.up = True
+        self.update_reachability()
+
+    def set_proxied(self, instance: Instance, *, on: bool) -> None:
+        instance.proxied = on
+        instance.machine.proxied_transfer = on
+
+    def update_reachability(self) -> None:
+        """Each instance's `unreachable`: those not connected to it by any path (R7)."""
+        for instance in self.instances.values():
+            seen = {instance.name}
+            frontier = [instance.name]
+            while frontier:
+                here = frontier.pop()
+                for other in self.instances:
+                    if other not in seen and self.linked(here, other):
+                        seen.add(other)
+                        frontier.append(other)
+            instance.machine.unreachable = frozenset(set(self.instances) - seen)
 
     def settle(self) -> None:
         """Everything durable reaches everyone; nothing else happens meanwhile."""
@@ -331,7 +401,6 @@ class Cluster:
                     while sender is not receiver and (
                         receiver.received.get(sender.name, 0) < sender.own_durable_len
                     ):
-                        self.cut.clear()
                         before = receiver.received.get(sender.name, 0)
                         entry = sender.own[before]
                         receiver.log.append((sender.name, entry))
@@ -345,7 +414,8 @@ class Cluster:
         self.fail("replication did not settle")
 
     def linked(self, a: str, b: str) -> bool:
-        return frozenset((a, b)) not in self.cut
+        up = self.instances[a].up and self.instances[b].up
+        return up and frozenset((a, b)) not in self.cut
 
     # -- checks ----------------------------------------------------------------------------
 
@@ -355,9 +425,14 @@ class Cluster:
             instance.machine.check_invariants()
             for key in instance.leased:
                 holders.setdefault(key, []).append(instance.name)
+        duplicated = set()
         for key, names in holders.items():
             if len(names) > 1:
-                self.fail(f"message {key} leased on {names} at once (R2)")
+                if key not in self.proxied_keys:
+                    self.fail(f"message {key} leased on {names} at once (R2)")
+                duplicated.add(key)  # the duplicate proxied transfer documents (R7)
+        self.documented_duplicates += len(duplicated - self.duplicated_now)
+        self.duplicated_now = duplicated
 
     def check_agreement(self) -> None:
         for key in self.published:
@@ -368,12 +443,13 @@ class Cluster:
             if len(set(views.values())) > 1:
                 self.fail(f"instances disagree on {key} after heal: {views}")
 
-    def all_removed(self) -> bool:
+    def removed_everywhere(self, key: MessageKey) -> bool:
         return all(
-            i.machine.state_of(key) is OwnershipState.REMOVED
-            for i in self.instances.values()
-            for key in self.published
+            i.machine.state_of(key) is OwnershipState.REMOVED for i in self.instances.values()
         )
+
+    def all_removed(self) -> bool:
+        return all(self.removed_everywhere(key) for key in self.published)
 
     def note(self, line: str) -> None:
         self.transcript.append(f"{self.now_ms:>6} ms  {line}")
@@ -384,6 +460,7 @@ class Cluster:
 
 
 def run_seed(seed: int, options: SimOptions = SimOptions()) -> Cluster:
+    """Run one seed to the end; `SimFailure` if an invariant broke."""
     cluster = Cluster(seed, options)
     cluster.run()
     return cluster
@@ -394,11 +471,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="run this one seed")
     parser.add_argument("--seeds", type=int, default=1_000, help="run seeds 0..N-1")
     parser.add_argument("-v", "--verbose", action="store_true", help="print the transcript")
+    parser.add_argument("--proxied", action="store_true", help="proxied transfer on i0 (R7)")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.seeds)
+    options = SimOptions(proxied=args.proxied)
     for seed in seeds:
         try:
-            cluster = run_seed(seed)
+            cluster = run_seed(seed, options)
         except SimFailure as failure:
             print(f"seed {seed} failed: {failure}", file=sys.stderr)
             return 1
