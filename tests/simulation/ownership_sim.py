@@ -281,18 +281,26 @@ class Cluster:
         if not pairs:
             return
         sender, receiver = self.rng.choice(pairs)
-        start = receiver.received.get(sender.name, 0)
-        for index in range(start, min(sender.own_durable_len, start + self.rng.randint(1, 3))):
-            entry = sender.own[index]
-            receiver.log.append((sender.name, entry))
-            receiver.received[sender.name] = index + 1
-            if entry[0] == "publish":
-                receiver.arrived_ms[entry[1]] = self.now_ms  # type: ignore[index]
-                receiver.latency.of(entry[2]).arrived(entry[1], self.now_ms)  # type: ignore[misc]
-            elif entry[0] == "removed":
-                for estimator in (receiver.latency.of(o) for o in self.instances):
-                    estimator.acked(entry[1], self.now_ms)
-            self.handle(receiver, event_of(entry))
+        for _ in range(self.rng.randint(1, 3)):
+            if not self.receive_next(sender, receiver):
+                return
+
+    def receive_next(self, sender: Instance, receiver: Instance) -> bool:
+        """The receiver takes the next durable entry of the sender's own log, if any."""
+        index = receiver.received.get(sender.name, 0)
+        if index >= sender.own_durable_len:
+            return False
+        entry = sender.own[index]
+        receiver.log.append((sender.name, entry))
+        receiver.received[sender.name] = index + 1
+        if entry[0] == "publish":
+            receiver.arrived_ms[entry[1]] = self.now_ms  # type: ignore[index]
+            receiver.latency.of(entry[2]).arrived(entry[1], self.now_ms)  # type: ignore[misc]
+        elif entry[0] == "removed":
+            for estimator in (receiver.latency.of(o) for o in self.instances):
+                estimator.acked(entry[1], self.now_ms)
+        self.handle(receiver, event_of(entry))
+        return True
 
     def deliver_request(self) -> None:
         if not self.requests:
@@ -398,14 +406,7 @@ class Cluster:
             moved = False
             for sender in self.instances.values():
                 for receiver in self.instances.values():
-                    while sender is not receiver and (
-                        receiver.received.get(sender.name, 0) < sender.own_durable_len
-                    ):
-                        before = receiver.received.get(sender.name, 0)
-                        entry = sender.own[before]
-                        receiver.log.append((sender.name, entry))
-                        receiver.received[sender.name] = before + 1
-                        self.handle(receiver, event_of(entry))
+                    while sender is not receiver and self.receive_next(sender, receiver):
                         moved = True
             for instance in self.instances.values():
                 instance.sync()
