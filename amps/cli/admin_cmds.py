@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import ssl
 import sys
 import urllib.error
 import urllib.parse
@@ -70,7 +71,7 @@ def fetch(server: str, path: str, timeout_s: float, *, method: str = "GET") -> b
     url = base_url(server) + path
     request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=_ssl_context()) as response:
             body: bytes = response.read()
             return body
     except urllib.error.HTTPError as error:
@@ -135,12 +136,39 @@ def _exit_on_error(error: AdminError) -> NoReturn:
     sys.exit(error.status)
 
 
-server_option = click.option(
-    "--server",
-    required=True,
-    envvar="AMPS_ADMIN",
-    help="Admin HTTP address HOST:PORT (Admin/InetAddr; env AMPS_ADMIN).",
-)
+def _tls_ca_callback(ctx: click.Context, _param: click.Parameter, path: str | None) -> None:
+    if path is not None:
+        ctx.meta["amps.admin.tls_ca"] = path
+
+
+def server_option(command: Callable[..., None]) -> Callable[..., None]:
+    """--server (the admin address) and --tls-ca (for an https admin interface)."""
+    command = click.option(
+        "--tls-ca",
+        envvar="AMPS_TLS_CA",
+        expose_value=False,
+        type=click.Path(exists=True, dir_okay=False),
+        callback=_tls_ca_callback,
+        help="Trust this CA file (PEM) for an https:// admin address (env AMPS_TLS_CA).",
+    )(command)
+    return click.option(
+        "--server",
+        required=True,
+        envvar="AMPS_ADMIN",
+        help="Admin HTTP address HOST:PORT or https://HOST:PORT (Admin/InetAddr; env AMPS_ADMIN).",
+    )(command)
+
+
+def _ssl_context() -> ssl.SSLContext | None:
+    context = click.get_current_context(silent=True)
+    ca = None if context is None else context.meta.get("amps.admin.tls_ca")
+    if ca is None:
+        return None
+    from amps.security.tls import client_ssl_context
+
+    return client_ssl_context(ca)
+
+
 timeout_option = click.option(
     "--timeout",
     "timeout_s",

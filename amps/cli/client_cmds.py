@@ -44,14 +44,39 @@ def _credentials_callback(ctx: click.Context, _param: click.Parameter, user: str
     ctx.meta["amps.credentials"] = {"user": user, "password": password}
 
 
-def _credential(key: str) -> str:
-    """The user or password given with --user ("" without --user)."""
-    found: dict[str, str] = click.get_current_context().meta.get("amps.credentials", {})
-    return found.get(key, "")
+def _tls_callback(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
+    if path is not None:
+        ctx.meta.setdefault("amps.tls", {})[str(param.name)] = path
+
+
+def _logon_options() -> dict[str, Any]:
+    """Client options from --user (user, password) and --tls-ca/--tls-cert/--tls-key."""
+    meta = click.get_current_context().meta
+    found: dict[str, Any] = {"user": "", "password": "", **meta.get("amps.credentials", {})}
+    tls: dict[str, str] = meta.get("amps.tls", {})
+    if ("tls_cert" in tls) != ("tls_key" in tls):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    if tls and "tls_ca" not in tls:
+        raise click.UsageError("--tls-cert/--tls-key need --tls-ca (the CA to trust)")
+    return found | tls
 
 
 def _connection_options(command: F) -> F:
-    """--server, --client-name, --connect-timeout and --user, shared by every client command."""
+    """--server, --client-name, --connect-timeout, --user and --tls-*, shared by every client
+    command."""
+    for name, envvar, text in (
+        ("--tls-key", "AMPS_TLS_KEY", "Client private key (PEM) for --tls-cert."),
+        ("--tls-cert", "AMPS_TLS_CERT", "Client certificate (PEM), for a VerifyClient transport."),
+        ("--tls-ca", "AMPS_TLS_CA", "Connect over TLS, trusting this CA file (PEM)."),
+    ):
+        command = click.option(
+            name,
+            envvar=envvar,
+            expose_value=False,
+            type=click.Path(exists=True, dir_okay=False),
+            callback=_tls_callback,
+            help=f"{text} (env {envvar})",
+        )(command)
     command = click.option(
         "--user",
         envvar="AMPS_USER",
@@ -181,8 +206,7 @@ async def _publish(
 
     client = Client(
         client_name or _default_name("publish"),
-        user=_credential("user"),
-        password=_credential("password"),
+        **_logon_options(),
         publish_failed_callback=report,
     )
     status = await _connect(client, servers, connect_timeout)
@@ -336,8 +360,7 @@ async def _subscribe(
     try:
         client = Client(
             client_name or _default_name("subscribe"),
-            user=_credential("user"),
-            password=_credential("password"),
+            **_logon_options(),
             bookmark_store=bookmark_store,
         )
     except (OSError, ValueError) as error:
@@ -381,8 +404,7 @@ async def _ping(servers: str, client_name: str | None, connect_timeout: float) -
     started = time.monotonic()
     client = Client(
         client_name or _default_name("ping"),
-        user=_credential("user"),
-        password=_credential("password"),
+        **_logon_options(),
         reconnect=False,
     )
     status = await _connect(client, servers, connect_timeout)
@@ -463,8 +485,7 @@ async def _query(
 
     client = Client(
         client_name or _default_name("query"),
-        user=_credential("user"),
-        password=_credential("password"),
+        **_logon_options(),
         reconnect=False,
     )
     status = await _connect(client, servers, connect_timeout)

@@ -25,6 +25,7 @@ from amps.client.policy import ExponentialBackoff, PublishStore, ServerRotation,
 from amps.client.publisher import Publisher
 from amps.client.subscriptions import SubscriptionRegistry, subscribe_command
 from amps.errors import AmpsError, ConnectionBroken, ConnectionClosed, NameInUse, error_for_code
+from amps.security.tls import grpc_channel_credentials
 from amps.v1 import client_pb2
 
 State = Literal["new", "connected", "reconnecting", "failed", "closed"]
@@ -41,6 +42,9 @@ class Client:
         *,
         user: str = "",
         password: str = "",
+        tls_ca: str | os.PathLike[str] | None = None,
+        tls_cert: str | os.PathLike[str] | None = None,
+        tls_key: str | os.PathLike[str] | None = None,
         publish_store_max_messages: int = 100_000,
         publish_store_max_bytes: int = 256 * 1024 * 1024,
         flush_interval_ms: float = 0.0,
@@ -62,6 +66,10 @@ class Client:
         self._cmd_ids = itertools.count(1)
         self._user = user
         self._password = password
+        # TLS when given the CA to trust (and a client certificate when the transport asks).
+        self._credentials = (
+            None if tls_ca is None else grpc_channel_credentials(tls_ca, tls_cert, tls_key)
+        )
         self._flush_interval_s = flush_interval_ms / 1000.0
         self._max_frame_commands = max_frame_commands
         self._reconnect = reconnect
@@ -150,6 +158,7 @@ class Client:
             max_frame_commands=self._max_frame_commands,
             on_messages=self._on_messages,
             on_lost=self._on_lost,
+            credentials=self._credentials,
         )
         logon = commands.logon_command(self._cmd_id(), self.name, self._user, self._password)
         ack = await conn.open(logon, timeout_s)

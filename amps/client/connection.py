@@ -59,8 +59,10 @@ class Connection:
         max_frame_commands: int,
         on_messages: MessagesHandler,
         on_lost: LostHandler,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.target = target
+        self._credentials = credentials
         self._flush_interval_s = flush_interval_s
         self.max_frame_commands = max_frame_commands
         self._on_messages = on_messages
@@ -87,16 +89,18 @@ class Connection:
 
     async def open(self, logon: client_pb2.Command, timeout_s: float) -> client_pb2.Ack:
         """Open the stream, log on, and return the logon ack (raising its error on failure)."""
-        self._channel = grpc.aio.insecure_channel(
-            self.target,
-            options=[
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                # Each attempt starts afresh: with gRPC's process-wide subchannel pool a new
-                # channel inherits the reconnect backoff of earlier refused attempts (it grows
-                # past a minute), on top of the client's own failover policy.
-                ("grpc.use_local_subchannel_pool", 1),
-            ],
+        options = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            # Each attempt starts afresh: with gRPC's process-wide subchannel pool a new
+            # channel inherits the reconnect backoff of earlier refused attempts (it grows
+            # past a minute), on top of the client's own failover policy.
+            ("grpc.use_local_subchannel_pool", 1),
+        ]
+        self._channel = (
+            grpc.aio.insecure_channel(self.target, options=options)
+            if self._credentials is None
+            else grpc.aio.secure_channel(self.target, self._credentials, options=options)
         )
         # The generated stub's Connect, with frames that arrive here already serialized.
         connect = self._channel.stream_stream(

@@ -35,12 +35,23 @@ class InetAddr:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS on a listener: `Certificate` and `PrivateKey` (PEM), `CAFile`, `VerifyClient`."""
+
+    certificate: str
+    private_key: str
+    ca_file: str | None = None
+    verify_client: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class AdminConfig:
     """`Admin`: the HTTP admin and statistics endpoint (no InetAddr = statistics only)."""
 
     inet_addr: InetAddr | None
     file_name: str = ":memory:"
     interval_ms: int = 10_000
+    tls: TlsConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +70,7 @@ class TransportConfig:
     type: TransportType
     inet_addr: InetAddr
     max_message_size_bytes: int = MIB
+    tls: TlsConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from amps.config.model import (
     AuthenticationConfig,
     InetAddr,
     MessageType,
+    TlsConfig,
     TopicConfig,
     TransactionLogConfig,
     TransportConfig,
@@ -20,7 +21,7 @@ from amps.config.model import (
 )
 from amps.config.reader import Children, Reader
 from amps.config.topics import compile_topic_regex, is_regex
-from amps.config.units import choice, count, duration, size
+from amps.config.units import choice, count, duration, parse_enabled, size
 from amps.names import MAX_TOPIC_LENGTH, name_problem
 
 # Journal size: AMPS's minimum is 10MB; we allow 64KB so tests can roll segments cheaply.
@@ -90,13 +91,38 @@ def parse_name(text: str) -> str:
     return text
 
 
+TLS_ELEMENTS = ("Certificate", "PrivateKey", "CAFile", "VerifyClient")
+
+
 def parse_admin(reader: Reader, path: str, element: Element) -> AdminConfig:
-    fields = reader.children(element, path, single=("InetAddr", "FileName", "Interval"))
+    fields = reader.children(
+        element, path, single=("InetAddr", "FileName", "Interval", *TLS_ELEMENTS)
+    )
     return AdminConfig(
         inet_addr=reader.optional(fields, "InetAddr", parse_inet_addr),
         file_name=reader.value(fields, "FileName", str, ":memory:"),
         interval_ms=reader.value(fields, "Interval", duration(10**6, 10**9, "1s"), 10_000),
+        tls=parse_tls(reader, path, fields),
     )
+
+
+def parse_tls(reader: Reader, path: str, fields: Children) -> TlsConfig | None:
+    """The TLS elements of a Transport or Admin: none of them = plaintext."""
+    certificate = reader.optional(fields, "Certificate", str)
+    private_key = reader.optional(fields, "PrivateKey", str)
+    ca_file = reader.optional(fields, "CAFile", str)
+    verify_client = reader.value(fields, "VerifyClient", parse_enabled, False)
+    if certificate is None and private_key is None:
+        if ca_file is not None or verify_client:
+            reader.error(f"{path}/Certificate", None, "a Certificate and PrivateKey for TLS")
+        return None
+    if certificate is None or private_key is None:
+        missing = "Certificate" if certificate is None else "PrivateKey"
+        reader.error(f"{path}/{missing}", None, "both Certificate and PrivateKey (PEM files)")
+        return None
+    if verify_client and ca_file is None:
+        reader.error(f"{path}/CAFile", None, "a CAFile to verify client certificates against")
+    return TlsConfig(certificate, private_key, ca_file, verify_client)
 
 
 def parse_authentication(reader: Reader, path: str, element: Element) -> AuthenticationConfig:
@@ -137,7 +163,9 @@ def parse_transports(reader: Reader, path: str, element: Element) -> tuple[Trans
 
 
 def _parse_transport(reader: Reader, path: str, element: Element) -> TransportConfig | None:
-    fields = reader.children(element, path, single=("Name", "Type", "InetAddr", "MaxMessageSize"))
+    fields = reader.children(
+        element, path, single=("Name", "Type", "InetAddr", "MaxMessageSize", *TLS_ELEMENTS)
+    )
     name = reader.required(fields, "Name", parse_name, "a transport name")
     kind = reader.required(
         fields,
@@ -151,7 +179,8 @@ def _parse_transport(reader: Reader, path: str, element: Element) -> TransportCo
     )
     if name is None or kind is None or inet_addr is None:
         return None
-    return TransportConfig(name, cast(TransportType, kind), inet_addr, max_size_bytes)
+    tls = parse_tls(reader, path, fields)
+    return TransportConfig(name, cast(TransportType, kind), inet_addr, max_size_bytes, tls)
 
 
 def parse_transaction_log(reader: Reader, path: str, element: Element) -> TransactionLogConfig:

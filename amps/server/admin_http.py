@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl as ssl_module
 import urllib.parse
 from collections.abc import Awaitable, Callable
 
@@ -44,9 +45,14 @@ class AdminHttpServer:
         self.actions = dict(actions or {})
         self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen; returns the bound port (port 0 picks a free one)."""
-        self._server = await asyncio.start_server(self._handle, host, port)
+    async def start(self, host: str, port: int, *, ssl: ssl_module.SSLContext | None = None) -> int:
+        """Listen (over TLS when given a context); returns the bound port (0 picks a free one)."""
+        if ssl is None:
+            self._server = await asyncio.start_server(self._handle, host, port)
+        else:
+            self._server = await asyncio.start_server(
+                self._handle, host, port, ssl=ssl, ssl_handshake_timeout=10
+            )
         sock = self._server.sockets[0]
         return int(sock.getsockname()[1])
 
@@ -90,7 +96,7 @@ class AdminHttpServer:
             await self._respond(writer, 404, "application/json", body)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
-        except ConnectionError:
+        except (ConnectionError, ssl_module.SSLError):
             pass
         except Exception:
             log.exception("admin request failed")

@@ -16,7 +16,7 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 import orjson
@@ -24,7 +24,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from amps import errors
 from amps.config import Config
+from amps.config.model import TlsConfig
 from amps.log.journal import Journal
+from amps.security.tls import grpc_server_credentials, server_ssl_context
 from amps.server.admin_http import AdminHttpServer
 from amps.server.admin_routes import QUEUES_PATH, QueueRoutes
 from amps.server.client_service import ClientService, add_to_server
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from replication.link_core import LinkCore
 
 log = logging.getLogger("amps.server")
+T = TypeVar("T")
 
 # mallopt parameter number of M_MMAP_THRESHOLD (glibc malloc.h) and the value we fix it at.
 M_MMAP_THRESHOLD = -3
@@ -199,7 +202,8 @@ class Server:
         grpc_addr = self.config.grpc_transport
         assert grpc_addr is not None
         admin = (
-            f" admin http://{self.config.admin.inet_addr.host}:{self.admin_port}"
+            f" admin {'https' if self.config.admin.tls else 'http'}://"
+            f"{self.config.admin.inet_addr.host}:{self.admin_port}"
             if (self.config.admin is not None and self.config.admin.inet_addr is not None)
             else ""
         )
@@ -243,7 +247,16 @@ class Server:
         server.add_generic_rpc_handlers((LazyReflection(names),))
         address = f"{transport.inet_addr.host}:{transport.inet_addr.port}"
         try:
-            self.grpc_port = server.add_insecure_port(address)
+            if transport.tls is None:
+                self.grpc_port = server.add_insecure_port(address)
+            else:
+                credentials = _tls_or_fatal(
+                    lambda tls: grpc_server_credentials(
+                        tls, f"AMPSConfig/Transports/Transport[{transport.name}]"
+                    ),
+                    transport.tls,
+                )
+                self.grpc_port = server.add_secure_port(address, credentials)
         except RuntimeError as exc:
             fatal(FatalReason.ADDRESS_IN_USE, f"cannot listen on {address}: {exc}")
         await server.start()
@@ -301,8 +314,15 @@ class Server:
         if replicated:
             self._admin.routes[REPLICATION_PATH] = self._replication_json
             self._admin.routes[f"{REPLICATION_PATH}.json"] = self._replication_json
+        context = (
+            None
+            if admin.tls is None
+            else _tls_or_fatal(lambda tls: server_ssl_context(tls, "AMPSConfig/Admin"), admin.tls)
+        )
         try:
-            self.admin_port = await self._admin.start(admin.inet_addr.host, admin.inet_addr.port)
+            self.admin_port = await self._admin.start(
+                admin.inet_addr.host, admin.inet_addr.port, ssl=context
+            )
         except OSError as exc:
             addr = f"{admin.inet_addr.host}:{admin.inet_addr.port}"
             fatal(FatalReason.ADDRESS_IN_USE, f"admin http cannot listen on {addr}: {exc}")
@@ -452,3 +472,11 @@ def run(config: Config, base_directory: Path) -> None:
     """Blocking entry point used by `amps server`."""
     fix_malloc_mmap_threshold()
     asyncio.run(serve(config, base_directory))
+
+
+def _tls_or_fatal(build: Callable[[TlsConfig], T], tls: TlsConfig) -> T:
+    """Build a listener's TLS context; a missing or bad file stops the start (exit 78)."""
+    try:
+        return build(tls)
+    except errors.ConfigError as exc:
+        fatal(FatalReason.CONFIG_INVALID, exc.message)

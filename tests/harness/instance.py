@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY = re.compile(
-    r"listening on (?P<host>[\d.]+):(?P<port>\d+)(?: admin http://[\d.]+:(?P<admin>\d+))?"
+    r"listening on (?P<host>[\d.]+):(?P<port>\d+)(?: admin https?://[\d.]+:(?P<admin>\d+))?"
 )
 START_TIMEOUT_S = 30.0
 ROOT = Path(__file__).resolve().parents[2]
