@@ -24,6 +24,7 @@ import grpc
 from amps.config.actions import DO_DOWNGRADE, DO_UPGRADE, ON_SCHEDULE, interval_ms
 from amps.errors import CorruptRecord
 from amps.log.records import Record
+from amps.security.tls import grpc_channel_credentials, grpc_server_credentials
 from amps.v1 import replication_pb2 as pb
 from amps.v1 import replication_pb2_grpc as pb_grpc
 from replication.convert import BadFrame, from_pb, to_pb
@@ -51,6 +52,7 @@ from replication.routing import Route
 
 if TYPE_CHECKING:
     from amps.config import Config
+    from amps.config.model import TlsConfig
     from amps.metrics import ReplicationSnapshot
     from amps.server.instance import Instance
 
@@ -70,6 +72,8 @@ _CHANNEL_OPTIONS = [
 
 class _Stream(Protocol):
     async def read(self) -> object: ...
+
+    def peer_names(self) -> set[str]: ...
 
     async def write(self, message: pb.LinkFrame) -> None: ...
 
@@ -169,12 +173,18 @@ class Replicator:
             server = grpc.aio.server(options=_CHANNEL_OPTIONS)
             pb_grpc.add_ReplicationServicer_to_server(_Servicer(self), server)  # type: ignore[no-untyped-call]
             address = f"{transport.inet_addr.host}:{transport.inet_addr.port}"
-            self.port = server.add_insecure_port(address)
+            if transport.tls is None:
+                self.port = server.add_insecure_port(address)
+            else:
+                # Mutual TLS: a peer without a certificate from CAFile cannot even connect.
+                path = f"AMPSConfig/Transports/Transport[{transport.name}]"
+                credentials = grpc_server_credentials(transport.tls, path)
+                self.port = server.add_secure_port(address, credentials)
             await server.start()
             self._server = server
         replication = self.config.replication
         for destination in replication.destinations if replication is not None else ():
-            addrs = [str(a) for t in destination.transports for a in t.inet_addrs]
+            addrs = [(str(a), t.tls) for t in destination.transports for a in t.inet_addrs]
             timeouts = [t.reconnect_timeout_ms for t in destination.transports]
             delay_s = next((t / 1000 for t in timeouts if t), DEFAULT_RECONNECT_S)
             if addrs:
@@ -352,15 +362,17 @@ class Replicator:
 
     # -- streams -----------------------------------------------------------------------------
 
-    async def _dial_loop(self, peer: str, addrs: list[str], delay_s: float) -> None:
+    async def _dial_loop(
+        self, peer: str, addrs: list[tuple[str, TlsConfig | None]], delay_s: float
+    ) -> None:
         core = self._core(peer)
         while not self._stopping:
-            for addr in addrs:
+            for addr, tls in addrs:
                 if core.state is not LinkState.IDLE:
                     await self._idle[peer].wait()
                     continue
                 try:
-                    async with grpc.aio.insecure_channel(addr, options=_CHANNEL_OPTIONS) as ch:
+                    async with _channel(addr, peer, tls) as ch:
                         stub = pb_grpc.ReplicationStub(ch)  # type: ignore[no-untyped-call]
                         await self._run(core, stub.Link(), dialled=True)
                 except (grpc.aio.AioRpcError, OSError) as exc:
@@ -378,6 +390,11 @@ class Replicator:
             return
         if not isinstance(hello, Hello):
             return
+        refusal = self._identity_refusal(stream, hello)
+        if refusal is not None:
+            log.warning("replication: refused a link: %s", refusal)
+            await stream.write(to_pb(Refusal("identity", refusal)))
+            return
         core = self._core(hello.instance)
         existing = self._sessions.get(hello.instance)
         if existing is not None:
@@ -389,6 +406,21 @@ class Replicator:
             existing.outgoing.put_nowait(None)
             await existing.finished.wait()
         await self._run(core, stream, dialled=False, first=hello)
+
+    def _identity_refusal(self, stream: _Stream, hello: Hello) -> str | None:
+        """On amps-replication-secure, the peer's certificate must name the instance its Hello
+        claims to be (CN or a DNS subject alternative name); None when it does."""
+        transport = self.config.replication_transport
+        if transport is None or transport.type != "amps-replication-secure":
+            return None
+        names = stream.peer_names()
+        if hello.instance in names:
+            return None
+        shown = ", ".join(sorted(names)) or "no name"
+        return (
+            f"{self.local} and {hello.instance}: the peer's certificate names {shown}, "
+            f"not {hello.instance!r}"
+        )
 
     async def _run(
         self, core: LinkCore, stream: _Stream, *, dialled: bool, first: Hello | None = None
@@ -617,5 +649,22 @@ class _ServerStream:
     async def read(self) -> object:
         return await self._context.read()
 
+    def peer_names(self) -> set[str]:
+        """The names the peer's verified certificate carries (empty without TLS)."""
+        auth = self._context.auth_context()
+        found = [*auth.get("x509_common_name", []), *auth.get("x509_subject_alternative_name", [])]
+        return {name.decode("utf-8", "replace") for name in found}
+
     async def write(self, message: pb.LinkFrame) -> None:
         await self._context.write(message)
+
+
+def _channel(addr: str, peer: str, tls: TlsConfig | None) -> grpc.aio.Channel:
+    """A channel to a destination; over amps-replication-secure the peer's certificate must
+    name the destination's Name (checked by gRPC as the TLS host name), and this side presents
+    its own certificate."""
+    if tls is None:
+        return grpc.aio.insecure_channel(addr, options=_CHANNEL_OPTIONS)
+    credentials = grpc_channel_credentials(tls.ca_file or "", tls.certificate, tls.private_key)
+    options = [*_CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", peer)]
+    return grpc.aio.secure_channel(addr, credentials, options=options)

@@ -49,6 +49,8 @@ REFUSALS: dict[str, str] = {
     "wrong_peer": "the instance reached is not the one the destination names",
     "group_mismatch": "the peer's Group differs from the destination's Group",
     "duplicate_link": "a link between these two instances is already up (one per pair)",
+    "identity": "the peer's certificate does not name the instance it claims to be "
+    "(amps-replication-secure)",
 }
 
 

@@ -10,7 +10,9 @@ from amps.config.topics import is_regex, topic_matches
 
 QueueKind = Literal["Queue", "LocalQueue", "GroupLocalQueue"]
 MessageType = Literal["json", "binary"]
-TransportType = Literal["grpc", "amps-replication"]
+TransportType = Literal["grpc", "amps-replication", "amps-replication-secure"]
+ReplicationType = Literal["amps-replication", "amps-replication-secure"]
+REPLICATION_TYPES = ("amps-replication", "amps-replication-secure")
 Semantics = Literal["at-least-once", "at-most-once"]
 FairnessModel = Literal["fast", "round-robin", "proportional"]
 Leasing = Literal["strict", "sublet"]
@@ -190,9 +192,10 @@ class ReplicationTopicConfig:
 class ReplicationTransportConfig:
     """`Replication/Destination/Transport`: addresses tried in priority order (none = wait)."""
 
-    type: Literal["amps-replication"]
+    type: ReplicationType
     inet_addrs: tuple[InetAddr, ...] = ()
     reconnect_timeout_ms: int | None = None
+    tls: TlsConfig | None = None  # amps-replication-secure: this side's certificate and CA
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +263,7 @@ class Config:
     @property
     def replication_transport(self) -> TransportConfig | None:
         """The incoming replication transport (at most one), or None."""
-        return next((t for t in self.transports if t.type == "amps-replication"), None)
+        return next((t for t in self.transports if t.type in REPLICATION_TYPES), None)
 
     def queue(self, name: str) -> QueueConfig | None:
         """The queue named `name`, or None."""

@@ -6,22 +6,27 @@ from typing import Literal, cast
 from xml.etree.ElementTree import Element
 
 from amps.config.model import (
+    REPLICATION_TYPES,
     DestinationConfig,
     InetAddr,
     MessageType,
     ReplicationConfig,
     ReplicationTopicConfig,
     ReplicationTransportConfig,
+    ReplicationType,
     SyncType,
     TransactionLogConfig,
     TransportConfig,
 )
 from amps.config.reader import Reader
 from amps.config.sections import (
+    TLS_ELEMENTS,
     parse_inet_addr,
     parse_message_type,
     parse_name,
+    parse_tls,
     parse_topic_name,
+    secure_replication_tls,
 )
 from amps.config.topics import compile_topic_regex, is_regex
 from amps.config.units import choice, duration, parse_enabled
@@ -66,7 +71,7 @@ def check_destinations(
 ) -> None:
     """The start-up refusals: a peer named as this instance, a link to this instance's own
     replication address, or two destinations with one Name (a peer has one link)."""
-    incoming = next((t.inet_addr for t in transports if t.type == "amps-replication"), None)
+    incoming = next((t.inet_addr for t in transports if t.type in REPLICATION_TYPES), None)
     seen: dict[str, str] = {}
     count = len(replication.destinations)
     paths = replication.paths or tuple(
@@ -148,9 +153,14 @@ def _parse_destination(
 
 def _parse_transport(reader: Reader, path: str, element: Element) -> ReplicationTransportConfig:
     fields = reader.children(
-        element, path, single=("Type", "ReconnectTimeout"), repeated=("InetAddr",)
+        element, path, single=("Type", "ReconnectTimeout", *TLS_ELEMENTS), repeated=("InetAddr",)
     )
-    reader.required(fields, "Type", choice("amps-replication"), "Type amps-replication")
+    kind = reader.required(
+        fields,
+        "Type",
+        choice(*REPLICATION_TYPES),
+        "Type amps-replication or amps-replication-secure",
+    )
     addrs = []
     for addr_path, addr_element in fields.many("InetAddr"):
         text = reader.text(addr_path, addr_element)
@@ -160,7 +170,11 @@ def _parse_transport(reader: Reader, path: str, element: Element) -> Replication
             except ValueError as problem:
                 reader.error(addr_path, text, str(problem))
     timeout_ms = reader.optional(fields, "ReconnectTimeout", duration(10**6, 10**6, "1ms"))
-    return ReplicationTransportConfig("amps-replication", tuple(addrs), timeout_ms)
+    tls = parse_tls(reader, path, fields)
+    if kind == "amps-replication-secure":
+        tls = secure_replication_tls(reader, path, tls)
+    kind = kind or "amps-replication"
+    return ReplicationTransportConfig(cast(ReplicationType, kind), tuple(addrs), timeout_ms, tls)
 
 
 def _parse_topic(

@@ -9,6 +9,7 @@ from xml.etree.ElementTree import Element
 from amps.config.model import (
     GIB,
     KIB,
+    REPLICATION_TYPES,
     AdminConfig,
     AuthenticationConfig,
     InetAddr,
@@ -106,6 +107,18 @@ def parse_admin(reader: Reader, path: str, element: Element) -> AdminConfig:
     )
 
 
+def secure_replication_tls(reader: Reader, path: str, tls: TlsConfig | None) -> TlsConfig | None:
+    """amps-replication-secure is mutual TLS: a certificate, a key and the CA peers chain to
+    (both sides always verify each other; VerifyClient cannot turn that off)."""
+    if tls is None:
+        reader.error(f"{path}/Certificate", None, "a Certificate and PrivateKey (mutual TLS)")
+        return None
+    if tls.ca_file is None:
+        reader.error(f"{path}/CAFile", None, "the CAFile peers' certificates chain to")
+        return None
+    return TlsConfig(tls.certificate, tls.private_key, tls.ca_file, verify_client=True)
+
+
 def parse_tls(reader: Reader, path: str, fields: Children) -> TlsConfig | None:
     """The TLS elements of a Transport or Admin: none of them = plaintext."""
     certificate = reader.optional(fields, "Certificate", str)
@@ -150,12 +163,12 @@ def parse_transports(reader: Reader, path: str, element: Element) -> tuple[Trans
         if transport.name in names:
             reader.error(name_path, transport.name, f"a name not used by {names[transport.name]}")
         names.setdefault(transport.name, transport_path)
-        if transport.type == "amps-replication":
+        if transport.type in REPLICATION_TYPES:
             if replication_path is not None:
                 reader.error(
                     f"{transport_path}/Type",
                     transport.type,
-                    f"at most one amps-replication transport (already {replication_path})",
+                    f"at most one replication transport (already {replication_path})",
                 )
             replication_path = replication_path or transport_path
         transports.append(transport)
@@ -170,8 +183,8 @@ def _parse_transport(reader: Reader, path: str, element: Element) -> TransportCo
     kind = reader.required(
         fields,
         "Type",
-        choice("grpc", "amps-replication"),
-        "a transport Type: grpc or amps-replication",
+        choice("grpc", *REPLICATION_TYPES),
+        "a transport Type: grpc, amps-replication or amps-replication-secure",
     )
     inet_addr = reader.required(fields, "InetAddr", parse_inet_addr, "a port or host:port")
     max_size_bytes = reader.value(
@@ -180,6 +193,8 @@ def _parse_transport(reader: Reader, path: str, element: Element) -> TransportCo
     if name is None or kind is None or inet_addr is None:
         return None
     tls = parse_tls(reader, path, fields)
+    if kind == "amps-replication-secure":
+        tls = secure_replication_tls(reader, path, tls)
     return TransportConfig(name, cast(TransportType, kind), inet_addr, max_size_bytes, tls)
 
 

@@ -64,3 +64,43 @@ def test_a_ca_file_without_a_certificate_is_an_error_not_silently_plaintext() ->
         "AMPSConfig/Transports/Transport[1]/Certificate",
         "Certificate and PrivateKey",
     )
+
+
+SECURE = "<Type>amps-replication-secure</Type><InetAddr>10004</InetAddr>{}"
+
+
+def test_amps_replication_secure_is_mutual_tls_on_both_ends() -> None:
+    tls = "<Certificate>/a.pem</Certificate><PrivateKey>/a.key</PrivateKey><CAFile>/ca.pem</CAFile>"
+    incoming = f"<Transport><Name>r</Name>{SECURE.format(tls)}</Transport>"
+    destination = (
+        "<Replication><Destination><Name>b</Name><SyncType>async</SyncType>"
+        f"<Transport>{SECURE.format(tls).replace('10004', '10005')}</Transport>"
+        "</Destination></Replication>"
+    )
+    config = load(
+        document(
+            TRANSPORT.format("").replace("</Transports>", f"{incoming}</Transports>") + destination
+        )
+    )
+    expected = TlsConfig("/a.pem", "/a.key", "/ca.pem", verify_client=True)
+    assert config.replication_transport is not None
+    assert config.replication_transport.tls == expected
+    assert config.replication is not None
+    [transport] = config.replication.destinations[0].transports
+    assert (transport.type, transport.tls) == ("amps-replication-secure", expected)
+
+
+def test_amps_replication_secure_needs_a_certificate_and_a_ca_file() -> None:
+    incoming = f"<Transport><Name>r</Name>{SECURE.format('')}</Transport>"
+    assert_error(
+        document(TRANSPORT.format("").replace("</Transports>", f"{incoming}</Transports>")),
+        "AMPSConfig/Transports/Transport[2]/Certificate",
+        "mutual TLS",
+    )
+    tls = "<Certificate>/a.pem</Certificate><PrivateKey>/a.key</PrivateKey>"
+    incoming = f"<Transport><Name>r</Name>{SECURE.format(tls)}</Transport>"
+    assert_error(
+        document(TRANSPORT.format("").replace("</Transports>", f"{incoming}</Transports>")),
+        "AMPSConfig/Transports/Transport[2]/CAFile",
+        "CAFile",
+    )

@@ -1,0 +1,94 @@
+"""amps-replication-secure: mutual TLS between instances, and a peer's certificate must name
+the instance it claims to be (issue 12, S4)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from amps.client import Client
+from tests.cluster.checker import assert_clean, check
+from tests.cluster.test_replication import publish, read_all
+from tests.cluster.test_topologies import wait_for_output
+from tests.harness.cluster import Link, cluster_configs, free_ports
+from tests.harness.instance import InstanceProcess
+from tests.harness.streams import more_within
+from tests.integration.test_tls import make_certs
+
+PLAIN = "<Type>amps-replication</Type>"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_certs(tmp_path_factory.mktemp("certs"), "a", "b", "x")
+
+
+def secure(text: str, certs: Path, cert_name: str) -> str:
+    """Every replication transport of one instance's config made secure with `cert_name`."""
+    tls = (
+        f"<Certificate>{certs / cert_name}.pem</Certificate>"
+        f"<PrivateKey>{certs / cert_name}.key</PrivateKey><CAFile>{certs / 'ca.pem'}</CAFile>"
+    )
+    return text.replace(PLAIN, f"<Type>amps-replication-secure</Type>{tls}")
+
+
+@pytest.fixture
+def started() -> Iterator[list[InstanceProcess]]:
+    processes: list[InstanceProcess] = []
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            process.kill()
+
+
+def start_pair(
+    root: Path, certs: Path, cert_of: dict[str, str], started: list[InstanceProcess]
+) -> dict[str, InstanceProcess]:
+    """a replicates to b (async) over amps-replication-secure, each with the named cert."""
+    ports = dict(zip("ab", free_ports(2), strict=True))
+    configs = cluster_configs("ab", {"a": [Link("b", sync=False)]}, ports)
+    pair = {}
+    for name in "ab":
+        process = InstanceProcess(root / name, secure(configs[name], certs, cert_of[name]))
+        started.append(process.start())
+        pair[name] = process
+    return pair
+
+
+async def test_instances_with_their_own_certificates_replicate(
+    tmp_path: Path, certs: Path, started: list[InstanceProcess]
+) -> None:
+    pair = start_pair(tmp_path, certs, {"a": "a", "b": "b"}, started)
+    await publish(pair["a"], "pub-a", 20)
+    got = await read_all(pair["b"], 20)
+    assert_clean(check(((p, n) for p, n, _ in got), {"pub-a": 20}), "b")
+
+
+async def test_a_peer_presenting_a_certificate_for_another_name_is_refused(
+    tmp_path: Path, certs: Path, started: list[InstanceProcess]
+) -> None:
+    """a says it is a but holds x's certificate (signed by the same CA): b refuses the link."""
+    pair = start_pair(tmp_path, certs, {"a": "x", "b": "b"}, started)
+    line = await asyncio.to_thread(wait_for_output, pair["b"], "refused a link")
+    assert "certificate names 127.0.0.1, localhost, x, not 'a'" in line
+    await asyncio.to_thread(wait_for_output, pair["a"], "refused")
+    await publish(pair["a"], "pub-a", 3)  # both stay up; nothing replicated
+    assert pair["b"].process is not None
+    assert pair["b"].process.poll() is None
+
+
+async def test_a_destination_whose_certificate_names_another_instance_is_not_linked(
+    tmp_path: Path, certs: Path, started: list[InstanceProcess]
+) -> None:
+    """b listens with x's certificate: a, dialling destination b, fails the TLS check and
+    never sends it anything (the instance reached is not the one the destination names)."""
+    pair = start_pair(tmp_path, certs, {"a": "a", "b": "x"}, started)
+    async with Client("reader-b") as reader:
+        await reader.connect(pair["b"].address)
+        orders = await reader.subscribe("orders", bookmark="epoch")
+        await publish(pair["a"], "pub-a", 3)
+        assert await more_within(orders, 2.0) == []
