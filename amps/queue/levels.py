@@ -107,8 +107,13 @@ class Level:
             heapq.heappop(self.returned)
 
     def wants_fresh_compaction(self) -> bool:
-        """True once the fresh list's garbage outnumbers its live entries (and is worth it)."""
-        garbage = len(self.fresh) - self.head - self.fresh_live
+        """True once the fresh list's garbage outnumbers its live entries (and is worth it).
+
+        Garbage counts the entries before the head too: a queue whose messages are delivered
+        as they come moves the head and leaves nothing after it, and its list must still not
+        keep 8 bytes of every message that ever passed (issue 11: the soak's RSS slope).
+        """
+        garbage = len(self.fresh) - self.fresh_live
         return garbage > COMPACT_MIN_GARBAGE and garbage > self.fresh_live
 
     def maybe_compact(

@@ -23,6 +23,7 @@ from amps.queue import (
     Acked,
     AckOption,
     ClientDisconnected,
+    Deliver,
     ExpireReason,
     QueueEngine,
     QueuePolicy,
@@ -279,3 +280,25 @@ def test_deferred_compaction_during_recovery_ends_where_checks_per_removal_end()
     assert engines[1].statistics(0) == engines[0].statistics(0)
     assert engines[1].deliverable(10_000) == engines[0].deliverable(10_000)
     assert held.removed_count <= held.live_count  # squeezed out at the end
+
+
+def test_memory_stays_bounded_by_live_messages_at_depth_zero() -> None:
+    """Q3, issue 11: a queue consumed as fast as it is fed keeps nothing per message that
+    passed: every per-message structure stays within a bound set by the live messages."""
+    engine = QueueEngine(QueuePolicy(max_per_subscription_backlog=100))
+    engine.handle(subscribed("s", "c", 100), 0)
+    state = engine._state
+    txid = 0
+    for _ in range(400):
+        batch = list(range(txid + 1, txid + 51))
+        txid = batch[-1]
+        actions = engine.publish_plain(batch, [7] * 50, batch, [0] * 50, 0)
+        acked = [(7, a.txid) for a in actions if isinstance(a, Deliver)]
+        engine.handle(Acked("c", acked), 0)
+    assert txid == 20_000
+    assert engine.statistics(0).depth == 0
+    bound = 2 * compaction.MIN_GARBAGE + 100
+    assert len(state.level0.fresh) <= bound
+    assert len(state.table) <= bound
+    assert state.bookmarks.entry_count <= bound
+    assert len(state.lease_heap) <= bound
