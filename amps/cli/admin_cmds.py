@@ -9,6 +9,7 @@ there is not an admin interface (the gRPC transport's port, most likely).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
@@ -70,6 +71,9 @@ def fetch(server: str, path: str, timeout_s: float, *, method: str = "GET") -> b
     """GET (or POST) one admin path; AdminError on an unreachable address or an HTTP error."""
     url = base_url(server) + path
     request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    authorization = _authorization()
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s, context=_ssl_context()) as response:
             body: bytes = response.read()
@@ -142,7 +146,17 @@ def _tls_ca_callback(ctx: click.Context, _param: click.Parameter, path: str | No
 
 
 def server_option(command: Callable[..., None]) -> Callable[..., None]:
-    """--server (the admin address) and --tls-ca (for an https admin interface)."""
+    """--server (the admin address), --tls-ca (for https) and --user (HTTP Basic)."""
+    from amps.cli.client_cmds import credentials_callback
+
+    command = click.option(
+        "--user",
+        envvar="AMPS_USER",
+        expose_value=False,
+        callback=credentials_callback,
+        help="User for an instance with authentication (env AMPS_USER); the password from "
+        "AMPS_PASSWORD or a prompt.",
+    )(command)
     command = click.option(
         "--tls-ca",
         envvar="AMPS_TLS_CA",
@@ -157,6 +171,16 @@ def server_option(command: Callable[..., None]) -> Callable[..., None]:
         envvar="AMPS_ADMIN",
         help="Admin HTTP address HOST:PORT or https://HOST:PORT (Admin/InetAddr; env AMPS_ADMIN).",
     )(command)
+
+
+def _authorization() -> str | None:
+    """HTTP Basic credentials from --user (None without)."""
+    context = click.get_current_context(silent=True)
+    found = None if context is None else context.meta.get("amps.credentials")
+    if not found:
+        return None
+    pair = f"{found['user']}:{found['password']}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")
 
 
 def _ssl_context() -> ssl.SSLContext | None:

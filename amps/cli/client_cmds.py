@@ -30,7 +30,7 @@ STDIN_CHUNK_BYTES = 1 << 16
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _credentials_callback(ctx: click.Context, _param: click.Parameter, user: str | None) -> None:
+def credentials_callback(ctx: click.Context, _param: click.Parameter, user: str | None) -> None:
     """--user: the password comes from AMPS_PASSWORD or a prompt, never from an argument."""
     if not user:
         return
@@ -81,7 +81,7 @@ def _connection_options(command: F) -> F:
         "--user",
         envvar="AMPS_USER",
         expose_value=False,
-        callback=_credentials_callback,
+        callback=credentials_callback,
         help="User to log on as (env AMPS_USER); the password from AMPS_PASSWORD or a prompt.",
     )(command)
     command = click.option(

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
+from amps.server.admin_auth import REALM, AdminGuard
+
 log = logging.getLogger("amps.admin")
 
 MAX_REQUEST_BYTES = 8192
@@ -24,6 +26,15 @@ PrefixRoute = Callable[[str], tuple[int, str, bytes]]
 """(rest of the path after the prefix, percent-decoded) -> (status, content type, body)."""
 ActionRoute = Callable[[str], Awaitable[tuple[int, str, bytes]]]
 """POST, for actions that wait (file I/O): as PrefixRoute, with the `?query` kept."""
+
+
+def _header(head: bytes, name: bytes) -> str | None:
+    """The value of one request header (names are case-insensitive), or None."""
+    for line in head.split(b"\r\n")[1:]:
+        key, colon, value = line.partition(b":")
+        if colon and key.strip().lower() == name:
+            return value.strip().decode("latin-1")
+    return None
 
 
 class AdminHttpServer:
@@ -38,11 +49,14 @@ class AdminHttpServer:
         prefixes: dict[str, PrefixRoute] | None = None,
         post_prefixes: dict[str, PrefixRoute] | None = None,
         actions: dict[str, ActionRoute] | None = None,
+        guard: AdminGuard | None = None,
     ) -> None:
         self.routes = routes
         self.prefixes = dict(prefixes or {})
         self.post_prefixes = dict(post_prefixes or {})
         self.actions = dict(actions or {})
+        # With authentication on: who may read statistics and who may change things.
+        self.guard = guard
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int, *, ssl: ssl_module.SSLContext | None = None) -> int:
@@ -74,6 +88,22 @@ class AdminHttpServer:
                 return
             method, target, _ = parts
             path, _, query = target.partition("?")
+            if method == "GET" and self._is_action(path):
+                # Changes are POST only: a GET (a link, an image tag) must never act (CSRF).
+                body = b"this path changes the instance: use POST\n"
+                await self._respond(writer, 405, "text/plain", body, ("Allow: POST",))
+                return
+            if self.guard is not None:
+                peer = writer.get_extra_info("peername")
+                where = f"http:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "http:?:0"
+                refused = await self.guard.refusal(
+                    where, path, _header(head, b"authorization"), change=method == "POST"
+                )
+                if refused is not None:
+                    status, text = refused
+                    extra = (f"WWW-Authenticate: {REALM}",) if status == 401 else ()
+                    await self._respond(writer, status, "text/plain", text, extra)
+                    return
             if method == "POST" and (self.post_prefixes or self.actions):
                 await self._post(writer, path, query)
                 return
@@ -104,6 +134,10 @@ class AdminHttpServer:
         finally:
             writer.close()
 
+    def _is_action(self, path: str) -> bool:
+        prefixes = [*self.post_prefixes, *self.actions]
+        return any(path.startswith(prefix) and len(path) > len(prefix) for prefix in prefixes)
+
     async def _post(self, writer: asyncio.StreamWriter, path: str, query: str) -> None:
         for prefix in sorted(self.post_prefixes, key=len, reverse=True):
             if path.startswith(prefix) and len(path) > len(prefix):
@@ -123,11 +157,17 @@ class AdminHttpServer:
 
     @staticmethod
     async def _respond(
-        writer: asyncio.StreamWriter, status: int, content_type: str, body: bytes
+        writer: asyncio.StreamWriter,
+        status: int,
+        content_type: str,
+        body: bytes,
+        headers: tuple[str, ...] = (),
     ) -> None:
         reason = {
             200: "OK",
             400: "Bad Request",
+            401: "Unauthorized",
+            403: "Forbidden",
             404: "Not Found",
             405: "Method Not Allowed",
             409: "Conflict",
@@ -136,7 +176,9 @@ class AdminHttpServer:
         }[status]
         header = (
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n"
+            + "".join(f"{line}\r\n" for line in headers)
+            + "\r\n"
         ).encode("latin-1")
         writer.write(header + body)
         with contextlib.suppress(ConnectionError):

@@ -27,6 +27,7 @@ from amps.config import Config
 from amps.config.model import TlsConfig
 from amps.log.journal import Journal
 from amps.security.tls import grpc_server_credentials, server_ssl_context
+from amps.server.admin_auth import AdminGuard
 from amps.server.admin_http import AdminHttpServer
 from amps.server.admin_routes import QUEUES_PATH, QueueRoutes
 from amps.server.client_service import ClientService, add_to_server
@@ -296,6 +297,7 @@ class Server:
             self.config.replication_transport is not None
         )
         journals = JournalRoutes(self.instance)
+        authenticator = self.instance.authenticator
         self._admin = AdminHttpServer(
             {
                 "/metrics": lambda: ("text/plain; version=0.0.4", self._metrics().render()),
@@ -310,6 +312,7 @@ class Server:
             {f"{QUEUES_PATH}/": queues.one_json},
             {REPLICATION_ACTIONS_PATH: self._replication_action} if replicated else None,
             {ACTIONS_PREFIX: journals.act},
+            guard=None if authenticator is None else AdminGuard(authenticator),
         )
         if replicated:
             self._admin.routes[REPLICATION_PATH] = self._replication_json
