@@ -95,11 +95,12 @@ def from_pb(message: pb.LinkFrame) -> Frame:
     kind = message.WhichOneof("body")
     if kind == "batch":
         batch = message.batch
+        data = batch.records  # each read of the field copies the bytes out of upb: read it once
         try:
-            records, consumed = codec.decode(batch.records)
+            records, consumed = codec.decode(data)
         except CorruptRecord as exc:
             raise BadFrame(f"a batch with a damaged record: {exc.message}") from None
-        if consumed != len(batch.records) or len(records) != batch.record_count:
+        if consumed != len(data) or len(records) != batch.record_count:
             raise BadFrame("a batch whose records do not match its record_count")
         return Batch(batch.batch_id, batch.through_txid, tuple(records))
     if kind == "ack":
