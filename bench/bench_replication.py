@@ -7,7 +7,9 @@ same run, as a ratio. Prints; asserts nothing.
    async destination;
 2. persisted-ack latency at a steady 5,000 msg/s: alone and with one sync destination;
 3. replication lag (publish on A -> delivered live on B), async destination, steady rate;
-4. catch-up of an instance that missed N messages, against the origin's own epoch replay.
+4. catch-up of an instance that missed N messages, against the origin's own epoch replay;
+5. per record, in-process: what a link costs on each side (read, frame, decode, append), the
+   old way (records encoded again, appended one at a time) beside the frames-as-logged way.
 
 The machine is shared with other work: read ratios, not absolute rates.
 """
@@ -20,7 +22,7 @@ import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -114,6 +116,92 @@ def catch_up(messages: int) -> None:
         )
 
 
+def link_costs(count: int) -> None:
+    """Per-record costs of a link's steps in-process, on one journal per side, same run."""
+    from amps.log.journal import Journal
+    from amps.v1 import replication_pb2 as pb
+    from replication.convert import from_pb, to_pb
+    from replication.frames import Batch
+
+    payload = orjson.dumps({"pad": "x" * 1000})
+    root = Path(tempfile.mkdtemp(prefix="bench-link-"))
+    try:
+
+        def journal(name: str) -> Journal:
+            return Journal.open(
+                root / name, segment_size_bytes=64 << 20, instance_name=name, group="g"
+            )
+
+        async def run() -> None:
+            sender = journal("a")
+            sender.keep_frames(count * 2048)
+            for seq in range(1, count + 1):
+                sender.append_client_publish(TOPIC, payload, 1, seq, seq)
+            await sender.commit()
+            timings: dict[str, float] = {}
+            opened: list[Journal] = [sender]
+
+            def timed(name: str, step: Callable[[], object]) -> object:
+                # The best of three: the machine is shared, a single pass measures neighbours.
+                best = float("inf")
+                for _ in range(3):
+                    started = time.perf_counter()
+                    result = step()
+                    best = min(best, time.perf_counter() - started)
+                timings[name] = best / count * 1e6
+                return result
+
+            read_frames: dict[int, bytes] = {}
+            records = timed("read (decode)", lambda: sender.read(1, count))
+            timed("read with frames", lambda: sender.read(1, count, read_frames))
+            assert isinstance(records, list)
+            batches = [
+                Batch(1, chunk[-1].txid, tuple(chunk))
+                for chunk in (records[i : i + 1000] for i in range(0, count, 1000))
+            ]
+            wire = timed("frame, encoded", lambda: [to_pb(b).SerializeToString() for b in batches])
+            timed(
+                "frame, as logged",
+                lambda: [to_pb(b, sender.frames).SerializeToString() for b in batches],
+            )
+            assert isinstance(wire, list)
+            received = timed("decode", lambda: [from_pb(pb.LinkFrame.FromString(w)) for w in wire])
+            assert isinstance(received, list)
+
+            def one_at_a_time() -> None:
+                one = journal(f"one{len(opened)}")
+                opened.append(one)
+                for batch in received:
+                    for r in batch.records:
+                        one.append_publish(
+                            topic=r.topic, data=r.data, publisher_id=r.publisher_id,
+                            seq=r.seq, timestamp_us=r.timestamp_us,
+                            correlation_id=r.correlation_id, expiration_s=r.expiration_s,
+                            origin_instance=r.origin_instance, origin_group=r.origin_group,
+                            origin_txid=r.origin_txid,
+                        )  # fmt: skip
+
+            def per_batch() -> None:
+                bulk = journal(f"bulk{len(opened)}")
+                opened.append(bulk)
+                for batch in received:
+                    bulk.append_replicated(batch.records)
+
+            timed("append, one at a time", one_at_a_time)
+            timed("append, per batch", per_batch)
+            for j in opened:
+                await j.close()
+            print(
+                f"link per record, in-process, {count:,} x 1 KB: "
+                + "; ".join(f"{name} {us:.1f} us" for name, us in timings.items()),
+                flush=True,
+            )
+
+        asyncio.run(run())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes")
@@ -153,6 +241,7 @@ def main() -> None:
         flush=True,
     )
     catch_up(missed)
+    link_costs(messages)
 
 
 if __name__ == "__main__":
