@@ -25,9 +25,10 @@ from amps.log.journal import Journal
 from amps.log.records import PublishRecord
 from tests.harness.instance import ROOT, InstanceProcess, process_env
 
-pytestmark = pytest.mark.spark
+# A Spark session starts in ~10 s on a quiet machine and in minutes on a busy one.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 300.0
 MASTER_READY = re.compile(r"Starting Spark master at (spark://[\d.]+:\d+)")
 WORKER_READY = "Successfully registered with master"
 
@@ -65,7 +66,7 @@ class _Java:
 
         home = Path(pyspark.__file__).parent
         env = dict(process_env(), SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
-                   SPARK_WORKER_DIR=str(workdir))  # fmt: skip
+                   SPARK_WORKER_DIR=str(workdir), PYSPARK_PYTHON=sys.executable)  # fmt: skip
         self.lines: list[str] = []
         self.found: str | None = None
         self._ready = threading.Event()
@@ -155,12 +156,15 @@ def test_a_journal_read_a_server_read_and_the_sink_on_a_standalone_cluster(
             client.publish("cluster", json.dumps({"i": i}))
         client.flush(30)
     journal = instance.workdir / "journal"
+    # Spark looks for Python data sources with PYSPARK_PYTHON (else `python3`): this interpreter.
+    env = dict(process_env(), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, cluster, str(journal), instance.address],
-        cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1000, check=False,
     )  # fmt: skip
     found = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    output = done.stdout[-3000:] + done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "Exception:" in line or "Error:" in line]
+    output = "\n".join(errors[:5]) + "\n" + done.stdout[-2000:] + done.stderr[-2000:]
     assert done.returncode == 0, output
     assert found, output
     result = json.loads(found[0][len("RESULT ") :])

@@ -13,7 +13,8 @@ from pyspark.sql import SparkSession
 from amps.client import BlockingClient
 from tests.harness.instance import InstanceProcess
 
-pytestmark = pytest.mark.spark
+# A Spark session starts in ~10 s on a quiet machine and in minutes on a busy one.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "spark.md"
 FENCE = re.compile(r"^```python fragment\n(.*?)^```[ \t]*$", re.S | re.M)

@@ -15,7 +15,8 @@ from amps.client import BlockingClient
 from amps.log.bookmarks import publisher_id_for
 from tests.harness.instance import InstanceProcess
 
-pytestmark = pytest.mark.spark
+# A Spark session starts in ~10 s on a quiet machine and in minutes on a busy one.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 COUNT = 400  # per publisher
 
