@@ -184,7 +184,10 @@ class Replicator:
             self._server = server
         replication = self.config.replication
         for destination in replication.destinations if replication is not None else ():
-            addrs = [(str(a), t.tls) for t in destination.transports for a in t.inet_addrs]
+            # Credentials are built once, here: a bad file stops the start (exit 78).
+            addrs = [
+                (str(a), _credentials(t.tls)) for t in destination.transports for a in t.inet_addrs
+            ]
             timeouts = [t.reconnect_timeout_ms for t in destination.transports]
             delay_s = next((t / 1000 for t in timeouts if t), DEFAULT_RECONNECT_S)
             if addrs:
@@ -363,16 +366,16 @@ class Replicator:
     # -- streams -----------------------------------------------------------------------------
 
     async def _dial_loop(
-        self, peer: str, addrs: list[tuple[str, TlsConfig | None]], delay_s: float
+        self, peer: str, addrs: list[tuple[str, grpc.ChannelCredentials | None]], delay_s: float
     ) -> None:
         core = self._core(peer)
         while not self._stopping:
-            for addr, tls in addrs:
+            for addr, credentials in addrs:
                 if core.state is not LinkState.IDLE:
                     await self._idle[peer].wait()
                     continue
                 try:
-                    async with _channel(addr, peer, tls) as ch:
+                    async with _channel(addr, peer, credentials) as ch:
                         stub = pb_grpc.ReplicationStub(ch)  # type: ignore[no-untyped-call]
                         await self._run(core, stub.Link(), dialled=True)
                 except (grpc.aio.AioRpcError, OSError) as exc:
@@ -659,12 +662,18 @@ class _ServerStream:
         await self._context.write(message)
 
 
-def _channel(addr: str, peer: str, tls: TlsConfig | None) -> grpc.aio.Channel:
+def _credentials(tls: TlsConfig | None) -> grpc.ChannelCredentials | None:
+    """This side's certificate and the CA for an amps-replication-secure destination."""
+    if tls is None:
+        return None
+    return grpc_channel_credentials(tls.ca_file or "", tls.certificate, tls.private_key)
+
+
+def _channel(addr: str, peer: str, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
     """A channel to a destination; over amps-replication-secure the peer's certificate must
     name the destination's Name (checked by gRPC as the TLS host name), and this side presents
     its own certificate."""
-    if tls is None:
+    if credentials is None:
         return grpc.aio.insecure_channel(addr, options=_CHANNEL_OPTIONS)
-    credentials = grpc_channel_credentials(tls.ca_file or "", tls.certificate, tls.private_key)
     options = [*_CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", peer)]
     return grpc.aio.secure_channel(addr, credentials, options=options)

@@ -281,6 +281,8 @@ class Server:
             )
         try:
             await replicator.start()
+        except errors.ConfigError as exc:  # a TLS file of amps-replication-secure
+            fatal(FatalReason.CONFIG_INVALID, exc.message)
         except RuntimeError as exc:
             fatal(FatalReason.ADDRESS_IN_USE, f"replication cannot listen: {exc}")
         self.instance.replicator = replicator

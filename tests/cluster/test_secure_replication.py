@@ -92,3 +92,18 @@ async def test_a_destination_whose_certificate_names_another_instance_is_not_lin
         orders = await reader.subscribe("orders", bookmark="epoch")
         await publish(pair["a"], "pub-a", 3)
         assert await more_within(orders, 2.0) == []
+
+
+def test_a_missing_certificate_of_a_secure_destination_stops_the_start_with_78(
+    tmp_path: Path, certs: Path
+) -> None:
+    ports = dict(zip("ab", free_ports(2), strict=True))
+    configs = cluster_configs("ab", {"a": [Link("b", sync=False)]}, ports)
+    text = secure(configs["a"], certs, "a")
+    # Only the destination's certificate (the last one named) is missing.
+    head, _, tail = text.rpartition(f"{certs / 'a'}.pem")
+    status, output = InstanceProcess(
+        tmp_path / "a", f"{head}{tmp_path}/gone.pem{tail}"
+    ).run_to_exit()
+    assert status == 78
+    assert "gone.pem" in output
