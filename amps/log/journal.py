@@ -252,7 +252,7 @@ class Journal:
             sealed.append((path.name, scan.summary))
             if not self.read_only:
                 write_summary(path.parent, scan.summary)
-        plan = plan_recovery(sealed, tail)
+        plan = plan_recovery(sealed, tail, read_only=self.read_only)
         self.retired_marks = read_marks(self.directory)
         plan.marks.merge(self.retired_marks)
         if plan.truncate_to_bytes is not None and tail is not None and not self.read_only:

@@ -87,11 +87,18 @@ def check_sealed(scan: TailScan) -> None:
 
 
 def plan_recovery(
-    sealed: Sequence[tuple[str, SegmentSummary]], tail: TailScan | None
+    sealed: Sequence[tuple[str, SegmentSummary]],
+    tail: TailScan | None,
+    *,
+    read_only: bool = False,
 ) -> RecoveryPlan:
     """Decide the recovery of a log made of `sealed` segments (oldest first) and `tail`.
 
-    Raises CorruptRecord when the log cannot be trusted (rules 2 and 3).
+    Raises CorruptRecord when the log cannot be trusted (rules 2 and 3). A `read_only` reader
+    of a journal that its instance may be writing stops before an incomplete newest record
+    instead: a concurrent read can see a later page of a write (its commit marker) before an
+    earlier one, so it cannot tell a write in progress from damage (`amps journal verify`
+    names damage; the instance itself, opening read-write, applies the rules).
     """
     marks = PublisherMarks()
     expected: int | None = None
@@ -116,7 +123,13 @@ def plan_recovery(
     reason = ""
     if tail is not None and tail.summary.size_bytes < tail.file_size_bytes:
         truncate = tail.summary.size_bytes
-        reason = _check_torn_tail(tail)
+        if read_only:
+            reason = (
+                f"read stops at offset {truncate} of the newest segment {tail.name} "
+                f"({tail.problem or 'incomplete record'}): a write in progress, or damage"
+            )
+        else:
+            reason = _check_torn_tail(tail)
     start = 1 if first_txid is None else first_txid
     return RecoveryPlan(truncate, reason, start, expected or start, last_ts, marks)
 

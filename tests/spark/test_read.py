@@ -131,11 +131,6 @@ def test_the_same_rows_read_from_the_running_instance(
     assert sorted(json.loads(r.data)["n"] for r in with_filter.collect()) == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.skip(
-    reason="a read-only open racing a continuous append meets a torn record before the next "
-    "commit marker and refuses it as damage (amps.log.recovery._check_torn_tail); needs the "
-    "journal's read-only recovery to treat that as a write in progress (issue 10 report)"
-)
 def test_a_journal_appended_to_while_read_gives_a_consistent_prefix(
     spark: SparkSession, instance: InstanceProcess
 ) -> None:

@@ -85,6 +85,18 @@ def test_damage_before_a_commit_marker_could_have_been_acknowledged() -> None:
     assert (c.value.segment, c.value.offset) == ("t.journal", 100)
 
 
+def test_a_read_only_reader_stops_before_an_incomplete_newest_record_instead() -> None:
+    """A reader of a journal its instance is writing (dump, Spark) can see a write's later page
+    (its commit marker) before an earlier one: it reads up to the incomplete record and refuses
+    nothing, since it cannot tell a write in progress from damage. Nothing is cut."""
+    commit = CommitMarker(offset=600, first_txid=3, last_txid=7)
+    tail = _tail(1, 4, 700, 100, next_valid=200, version=2, commit=commit)
+    plan = plan_recovery([], tail, read_only=True)
+    assert plan.truncate_to_bytes == 100  # the readable end; read-only opens never truncate
+    assert "read stops at offset 100" in plan.cut_reason
+    assert plan.next_txid == 5
+
+
 def test_damage_without_a_commit_marker_after_it_is_cut_in_format_2() -> None:
     """Rule 1: valid records after the damage but no commit marker: a torn, unsynced write."""
     plan = plan_recovery(
