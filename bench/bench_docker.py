@@ -23,12 +23,12 @@ from pathlib import Path
 
 from amps.client import Client
 from bench.common import json_payloads, rate
+from tests.harness.cluster import free_ports
 from tests.harness.docker import (
     DEPLOY,
     Compose,
     build_image,
     engine_env,
-    free_ports,
     health,
     run,
     wait_for,

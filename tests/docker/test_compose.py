@@ -15,7 +15,8 @@ import pytest
 from amps.client import Client
 from tests.cluster.checker import assert_clean, check
 from tests.docker.conftest import compose_project
-from tests.harness.docker import Compose, free_ports, health, run, wait_for
+from tests.harness.cluster import free_ports
+from tests.harness.docker import Compose, health, run, wait_for
 from tests.harness.streams import more_within, take
 
 INSTANCES = ("amps-1", "amps-2", "amps-3")

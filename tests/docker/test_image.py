@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from amps.client import Client
-from tests.harness.docker import free_ports, health, run, wait_for
+from tests.harness.cluster import free_ports
+from tests.harness.docker import health, run, wait_for
 from tests.harness.streams import take
 
 HEALTHY_WITHIN_S = 60.0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -88,18 +87,6 @@ def run(
             f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         )
     return done
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 now (bound together, so they differ)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def build_image(tag: str, work: Path) -> None:
