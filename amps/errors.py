@@ -19,6 +19,7 @@ AmpsError
 │   └── UnknownBookmark
 ├── ServerError            the instance's or a peer's fault
 │   ├── Unavailable        retriable
+│   │   └── TransportDisabled  (transport) an administrator keeps clients out
 │   ├── CorruptRecord      (segment, offset)
 │   ├── JournalError       (fsync or write failure: fatal for the instance)
 │   └── OwnershipProtocolError  a peer or the adapter broke the ownership rules (R2-R7)
@@ -196,6 +197,22 @@ class Unavailable(ServerError):
     code = "unavailable"
     reason = "unavailable"
     retriable = True
+
+
+class TransportDisabled(Unavailable):
+    """The client transport is disabled (InitialState or an administrator); clients fail over.
+
+    The instance takes no client connections until `amps admin transport enable NAME`."""
+
+    code = "transport_disabled"
+    reason = "transport disabled"
+
+    def __init__(self, transport: str) -> None:
+        super().__init__(
+            f"transport {transport!r} is disabled: this instance takes no client connections "
+            f"until an administrator runs `amps admin transport enable {transport}`"
+        )
+        self.transport = transport
 
 
 class CorruptRecord(ServerError):

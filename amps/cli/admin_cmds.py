@@ -1,5 +1,6 @@
 """Admin commands over the admin HTTP interface: `amps admin queues`, `status`, `metrics`,
-`replication`, `journals` and `journal remove|archive|compress`.
+`replication`, `journals` and `journal remove|archive|compress` (the switches, `queue
+proxied-transfer`, `transports` and `transport enable|disable`, are in admin_switch_cmds).
 
 `--server` is the admin address (`Admin/InetAddr`), not the gRPC transport. Exit statuses:
 0 success; 1 the admin interface answered with an HTTP error (or an unreadable body); 2 usage
@@ -45,6 +46,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("OLDEST_S", "seconds_behind", ".1f"),
     ("OLDEST_LEASE_S", "age_of_oldest_lease", ".1f"),
     ("SUBS", "subscription_count", "d"),
+    ("PROXIED", "proxied_transfer", "s"),
 )
 
 
@@ -135,7 +137,7 @@ def queues_table(queues: list[dict[str, Any]]) -> str:
     return table(queues, TABLE_COLUMNS)
 
 
-def _exit_on_error(error: AdminError) -> NoReturn:
+def exit_on_error(error: AdminError) -> NoReturn:
     click.echo(f"amps: {error.message}", err=True)
     sys.exit(error.status)
 
@@ -228,7 +230,7 @@ def queues(server: str, timeout_s: float, output: str) -> None:
     try:
         body = fetch_json(server, QUEUES_PATH, timeout_s)
     except AdminError as error:
-        _exit_on_error(error)
+        exit_on_error(error)
     items: list[dict[str, Any]] = body.get("queues", []) if isinstance(body, dict) else []
     if output == "json":
         click.echo(json.dumps(body, indent=2))
@@ -246,7 +248,7 @@ def status(server: str, timeout_s: float) -> None:
     try:
         body = fetch_json(server, STATUS_PATH, timeout_s)
     except AdminError as error:
-        _exit_on_error(error)
+        exit_on_error(error)
     click.echo(json.dumps(body, indent=2))
 
 
@@ -258,7 +260,7 @@ def metrics(server: str, timeout_s: float) -> None:
     try:
         body = fetch(server, METRICS_PATH, timeout_s)
     except AdminError as error:
-        _exit_on_error(error)
+        exit_on_error(error)
     click.echo(body.decode("utf-8", "replace"), nl=False)
 
 
@@ -300,7 +302,7 @@ def replication(
     try:
         body = fetch_json(server, REPLICATION_PATH, timeout_s)
     except AdminError as error:
-        _exit_on_error(error)
+        exit_on_error(error)
     if output == "json":
         click.echo(json.dumps(body, indent=2))
         return
@@ -321,7 +323,7 @@ def _sync_action(server: str, timeout_s: float, destination: str, verb: str) -> 
     try:
         body = fetch(server, path, timeout_s, method="POST")
     except AdminError as error:
-        _exit_on_error(error)
+        exit_on_error(error)
     click.echo(body.decode("utf-8", "replace"))
 
 
@@ -334,7 +336,7 @@ def journals(server: str, timeout_s: float, output: str) -> None:
     try:
         body = fetch_json(server, JOURNALS_PATH, timeout_s)
     except AdminError as error:
-        _exit_on_error(error)
+        exit_on_error(error)
     if output == "json":
         click.echo(json.dumps(body, indent=2))
         return
@@ -370,9 +372,20 @@ def journal(action: str, journal_id: str, server: str, timeout_s: float, age: st
     try:
         body = fetch_json(server, path, timeout_s, method="POST")
     except AdminError as error:
-        _exit_on_error(error)
+        exit_on_error(error)
     done = {"remove": "removed", "archive": "archived", "compress": "compressed"}[action]
     segments = body.get("segments", [])
     click.echo(f"{done} {len(segments)} segment(s), {body.get('bytes', 0)} bytes")
     for held in body.get("held", []):
         click.echo(f"kept {held['id']}: needed by {', '.join(held['holders'])}")
+
+
+def _add_switches() -> None:
+    # Imported here: the switch commands use this module's helpers.
+    from amps.cli.admin_switch_cmds import queue, transport, transports
+
+    for command in (queue, transport, transports):
+        admin.add_command(command)
+
+
+_add_switches()

@@ -73,6 +73,9 @@ class TransportConfig:
     inet_addr: InetAddr
     max_message_size_bytes: int = MIB
     tls: TlsConfig | None = None
+    # `InitialState`: a client transport that starts disabled refuses logons until an
+    # administrator enables it (seed 004's runbook: recover an instance without client access).
+    initially_enabled: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +271,17 @@ class Config:
     def queue(self, name: str) -> QueueConfig | None:
         """The queue named `name`, or None."""
         return next((q for q in self.queues if q.name == name), None)
+
+    def replicates_queue(self, queue: QueueConfig) -> bool:
+        """Whether `queue` spans instances: a Queue or GroupLocalQueue whose name some
+        `Replication/Destination/Topic` names (a LocalQueue never does, R2)."""
+        if queue.kind == "LocalQueue" or self.replication is None:
+            return False
+        return any(
+            topic.matches(queue.name)
+            for destination in self.replication.destinations
+            for topic in destination.topics
+        )
 
     def reserved_section(self, tag: str) -> RawElement | None:
         """A reserved section (Authentication, Logging, ...) as written, or None."""

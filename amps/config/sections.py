@@ -177,7 +177,9 @@ def parse_transports(reader: Reader, path: str, element: Element) -> tuple[Trans
 
 def _parse_transport(reader: Reader, path: str, element: Element) -> TransportConfig | None:
     fields = reader.children(
-        element, path, single=("Name", "Type", "InetAddr", "MaxMessageSize", *TLS_ELEMENTS)
+        element,
+        path,
+        single=("Name", "Type", "InetAddr", "MaxMessageSize", "InitialState", *TLS_ELEMENTS),
     )
     name = reader.required(fields, "Name", parse_name, "a transport name")
     kind = reader.required(
@@ -190,12 +192,24 @@ def _parse_transport(reader: Reader, path: str, element: Element) -> TransportCo
     max_size_bytes = reader.value(
         fields, "MaxMessageSize", size(1, MAX_MESSAGE_SIZE_BYTES, "1 byte", "1GB"), 1024 * KIB
     )
+    state = reader.value(fields, "InitialState", choice("enabled", "disabled"), "enabled")
     if name is None or kind is None or inet_addr is None:
         return None
+    if kind in REPLICATION_TYPES and state == "disabled":
+        # Incoming replication must come up for the runbook's recovery to work; links are
+        # switched per destination (amps admin replication), not by closing the listener.
+        reader.error(
+            f"{path}/InitialState",
+            state,
+            "enabled on a replication transport (InitialState disabled applies to client "
+            "transports: the instance still replicates while clients are kept out)",
+        )
     tls = parse_tls(reader, path, fields)
     if kind == "amps-replication-secure":
         tls = secure_replication_tls(reader, path, tls)
-    return TransportConfig(name, cast(TransportType, kind), inet_addr, max_size_bytes, tls)
+    return TransportConfig(
+        name, cast(TransportType, kind), inet_addr, max_size_bytes, tls, state == "enabled"
+    )
 
 
 def parse_transaction_log(reader: Reader, path: str, element: Element) -> TransactionLogConfig:

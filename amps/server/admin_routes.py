@@ -6,6 +6,9 @@ The JSON keeps the AMPS statistic names where AMPS has one (AMPS-REFERENCE §5.3
 `target_queue_depth`); the rest are this broker's own counters, named like the metrics.
 A queue is found by its name or by the AMPS id `<topic>!<messagetype>`, either with `.json`.
 A leaf, `.../queues/<id>/<statistic>`, answers `{"<statistic>": value}`.
+
+The one queue action, POST `/amps/administrator/queues/<id>/enable_proxied_transfer` (or
+`disable_...`), switches proxied transfer (R7) for a replicated queue on this instance only.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from amps.queue import QueueStatistics
 
 JSON = "application/json"
 QUEUES_PATH = "/amps/instance/queues"
+QUEUE_ACTIONS_PATH = "/amps/administrator/queues/"
+PROXIED_VERBS = {"enable_proxied_transfer": True, "disable_proxied_transfer": False}
 
 
 class QueueSource(Protocol):
@@ -27,6 +32,16 @@ class QueueSource(Protocol):
 
     @property
     def config(self) -> QueueConfig: ...
+
+    @property
+    def replicated(self) -> bool:
+        """The queue spans instances (a replicated Queue or GroupLocalQueue)."""
+        ...
+
+    @property
+    def proxied_transfer(self) -> bool: ...
+
+    def set_proxied_transfer(self, enabled: bool) -> None: ...
 
     def statistics(self) -> QueueStatistics: ...
 
@@ -40,8 +55,10 @@ def queue_id(config: QueueConfig) -> str:
     return f"{config.name}!{config.message_type}"
 
 
-def queue_json(config: QueueConfig, s: QueueStatistics) -> dict[str, Any]:
+def queue_json(queue: QueueSource) -> dict[str, Any]:
     """One queue: config echo, then statistics (AMPS names first)."""
+    config = queue.config
+    s = queue.statistics()
     return {
         "id": queue_id(config),
         "name": config.name,
@@ -54,6 +71,8 @@ def queue_json(config: QueueConfig, s: QueueStatistics) -> dict[str, Any]:
         "max_backlog": config.max_backlog,
         "max_per_subscription_backlog": config.max_per_subscription_backlog,
         "target_queue_depth": config.target_queue_depth,
+        "replicated": queue.replicated,
+        "proxied_transfer": queue.proxied_transfer,
         # AMPS snapshot statistics
         "queue_depth": s.depth,
         "backlog": s.leased_count,
@@ -96,7 +115,7 @@ class QueueRoutes:
     def list_json(self) -> tuple[str, bytes]:
         """`/amps/instance/queues`: every queue, by name."""
         queues = self._queues()
-        items = [queue_json(q.config, q.statistics()) for _, q in sorted(queues.items())]
+        items = [queue_json(q) for _, q in sorted(queues.items())]
         return JSON, _dumps({"node": self.node, "queues": items})
 
     def one_json(self, rest: str) -> tuple[int, str, bytes]:
@@ -104,18 +123,52 @@ class QueueRoutes:
         queues = self._queues()
         found = self._find(queues, rest)
         if found is not None:
-            return 200, JSON, _dumps(queue_json(found.config, found.statistics()))
+            return 200, JSON, _dumps(queue_json(found))
         head, sep, leaf = rest.rpartition("/")
         if sep:
             queue = self._find(queues, head)
             if queue is not None:
-                body = queue_json(queue.config, queue.statistics())
+                body = queue_json(queue)
                 key = leaf.removesuffix(".json")
                 if key in body:
                     return 200, JSON, _dumps({key: body[key]})
                 missing = f"queue {queue.config.name} has no statistic {key!r}"
                 return 404, JSON, _dumps({"error": missing, "statistics": sorted(body)})
         return 404, JSON, _dumps({"error": f"no such queue {rest!r}", "queues": sorted(queues)})
+
+    def act(self, rest: str) -> tuple[int, str, bytes]:
+        """POST `<id>/enable_proxied_transfer` or `<id>/disable_proxied_transfer` (R7)."""
+        queues = self._queues()
+        head, _, verb = rest.rpartition("/")
+        if verb not in PROXIED_VERBS or not head:
+            text = (
+                f"expected {QUEUE_ACTIONS_PATH}<queue>/enable_proxied_transfer or "
+                f"disable_proxied_transfer, not {rest!r}"
+            )
+            return 404, JSON, _dumps({"error": text})
+        queue = self._find(queues, head)
+        if queue is None:
+            return 404, JSON, _dumps({"error": f"no such queue {head!r}", "queues": sorted(queues)})
+        config = queue.config
+        if config.kind == "LocalQueue":
+            text = (
+                f"queue {config.name} is a LocalQueue: never replicated, each instance delivers "
+                "its own copy, so there is no owner to act for (proxied transfer is for "
+                "replicated queues)"
+            )
+            return 409, JSON, _dumps({"error": text})
+        if not queue.replicated:
+            text = (
+                f"queue {config.name} is not replicated from this instance (no "
+                "Replication/Destination/Topic names it): every message is owned here, so "
+                "there is no owner to act for"
+            )
+            return 409, JSON, _dumps({"error": text})
+        enabled = PROXIED_VERBS[verb]
+        changed = queue.proxied_transfer != enabled
+        queue.set_proxied_transfer(enabled)
+        body = {"queue": config.name, "proxied_transfer": enabled, "changed": changed}
+        return 200, JSON, _dumps(body)
 
     @staticmethod
     def _find(queues: Mapping[str, QueueSource], text: str) -> QueueSource | None:

@@ -14,9 +14,9 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import orjson
@@ -28,12 +28,13 @@ from amps.config.model import TlsConfig
 from amps.log.journal import Journal
 from amps.security.tls import grpc_server_credentials, server_ssl_context
 from amps.server.admin_auth import AdminGuard
-from amps.server.admin_http import AdminHttpServer
-from amps.server.admin_routes import QUEUES_PATH, QueueRoutes
+from amps.server.admin_http import AdminHttpServer, PrefixRoute
+from amps.server.admin_routes import QUEUE_ACTIONS_PATH, QUEUES_PATH, QueueRoutes
 from amps.server.client_service import ClientService, add_to_server
 from amps.server.fatal import FatalReason, fatal
 from amps.server.instance import Instance
 from amps.server.journal_routes import ACTIONS_PREFIX, JOURNALS_PATH, JournalRoutes
+from amps.server.transports import TRANSPORT_ACTIONS_PATH, TRANSPORTS_PATH, TransportRoutes
 from amps.v1 import client_pb2
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ class Server:
         self.instance: Instance | None = None
         self.metrics: Metrics | None = None
         self.replicator: Replicator | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def _journal_directory(self) -> Path:
         txlog = self.config.transaction_log
@@ -196,6 +198,14 @@ class Server:
             self.instance.damage.report(exc, "queue recovery")
             fatal(FatalReason.JOURNAL_CORRUPT, f"journal {journal.directory}: {exc.message}")
         await self._start_grpc()
+        for transport in self.config.transports:
+            if not self.instance.transports.enabled(transport.name):
+                log.warning(
+                    "transport %s starts disabled (InitialState): client logons are refused "
+                    "until `amps admin transport enable %s`",
+                    transport.name,
+                    transport.name,
+                )
         await self._start_admin()
         await self._start_replication()
         journal.start_flusher()
@@ -263,8 +273,28 @@ class Server:
         await server.start()
         serving = health_pb2.HealthCheckResponse.SERVING
         await health_servicer.set("", serving)
-        await health_servicer.set(names[0], serving)
+        # The client service is NOT_SERVING while its transport is disabled (load balancers
+        # route elsewhere); the instance itself ("") stays SERVING: it is alive and replicating.
+        await health_servicer.set(names[0], self._client_health(transport.name))
+
+        def transport_changed(name: str, _enabled: bool) -> None:
+            if name == transport.name:
+                status = self._client_health(name)
+                self._background(health_servicer.set(names[0], status))
+
+        self.instance.transports.on_change.append(transport_changed)
         self._grpc = server
+
+    def _client_health(self, transport: str) -> health_pb2.HealthCheckResponse.ServingStatus:
+        assert self.instance is not None
+        if self.instance.transports.enabled(transport):
+            return health_pb2.HealthCheckResponse.SERVING
+        return health_pb2.HealthCheckResponse.NOT_SERVING
+
+    def _background(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _start_replication(self) -> None:
         if self.config.replication is None and self.config.replication_transport is None:
@@ -299,7 +329,14 @@ class Server:
             self.config.replication_transport is not None
         )
         journals = JournalRoutes(self.instance)
+        transports = TransportRoutes(self.instance.transports, self._bound_ports)
         authenticator = self.instance.authenticator
+        post_prefixes: dict[str, PrefixRoute] = {
+            QUEUE_ACTIONS_PATH: queues.act,
+            TRANSPORT_ACTIONS_PATH: transports.act,
+        }
+        if replicated:
+            post_prefixes[REPLICATION_ACTIONS_PATH] = self._replication_action
         self._admin = AdminHttpServer(
             {
                 "/metrics": lambda: ("text/plain; version=0.0.4", self._metrics().render()),
@@ -310,9 +347,11 @@ class Server:
                 "/health": lambda: ("text/plain", b"ok\n"),
                 JOURNALS_PATH: journals.list_json,
                 f"{JOURNALS_PATH}.json": journals.list_json,
+                TRANSPORTS_PATH: transports.list_json,
+                f"{TRANSPORTS_PATH}.json": transports.list_json,
             },
             {f"{QUEUES_PATH}/": queues.one_json},
-            {REPLICATION_ACTIONS_PATH: self._replication_action} if replicated else None,
+            post_prefixes,
             {ACTIONS_PREFIX: journals.act},
             guard=None if authenticator is None else AdminGuard(authenticator),
         )
@@ -331,6 +370,16 @@ class Server:
         except OSError as exc:
             addr = f"{admin.inet_addr.host}:{admin.inet_addr.port}"
             fatal(FatalReason.ADDRESS_IN_USE, f"admin http cannot listen on {addr}: {exc}")
+
+    def _bound_ports(self) -> dict[str, int]:
+        """Transport name -> the port it listens on (port 0 in the config picks a free one)."""
+        ports = {}
+        if (client := self.config.grpc_transport) is not None:
+            ports[client.name] = self.grpc_port
+        incoming = self.config.replication_transport
+        if incoming is not None and self.replicator is not None:
+            ports[incoming.name] = self.replicator.port
+        return ports
 
     def _replication_json(self) -> tuple[str, bytes]:
         body = self.replicator.status() if self.replicator is not None else {}

@@ -125,6 +125,15 @@ class ClientService(client_pb2_grpc.AmpsServicer):
 
     def _on_logon(self, session: Session, command: pb.Command) -> None:
         logon = command.logon
+        try:
+            self.instance.transports.check_logon(self.instance.client_transport)
+        except errors.TransportDisabled as error:
+            # Refused before any password check; the connection ends with UNAVAILABLE so a
+            # client with other addresses fails over (seed 004: recover without client access).
+            self.instance.statistics.rejected += 1
+            session.fail(error, command)
+            session.kick(error)
+            return
         authenticator = self.instance.authenticator
         if authenticator is None:
             self.instance.logon(session, logon.client_name, logon.user_id)

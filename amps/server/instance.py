@@ -32,6 +32,7 @@ from amps.server.record_cache import RecordCache
 from amps.server.send_budget import SendBudget
 from amps.server.subscriptions import Subscription, SubscriptionIndex
 from amps.server.topics import validate_topic_name
+from amps.server.transports import ClientTransports
 from amps.v1 import client_pb2 as pb
 
 if TYPE_CHECKING:
@@ -110,6 +111,10 @@ class Instance:
         self.replicator: Replicator | None = None
         # Logon checks and name bindings (set by the server when a UsersFile is configured).
         self.authenticator: Authenticator | None = None
+        # Client transports an administrator may keep closed (InitialState, amps admin transport).
+        self.transports = ClientTransports(config.transports)
+        self.client_transport = transport.name if transport is not None else ""
+        self.transports.on_change.append(self._transport_changed)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -141,6 +146,14 @@ class Instance:
             await asyncio.gather(self._committer, return_exceptions=True)
 
     # -- sessions ---------------------------------------------------------------------------
+
+    def _transport_changed(self, name: str, enabled: bool) -> None:
+        """A disabled client transport keeps no clients: their leases return now (Q6)."""
+        if enabled or name != self.client_transport:
+            return
+        for session in list(self.sessions):
+            session.kick(errors.TransportDisabled(name))
+            session.end_soon()
 
     def check_client_name(self, client_name: str) -> None:
         """A client name a logon may use, or InvalidOptions."""

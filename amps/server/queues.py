@@ -222,6 +222,24 @@ class QueueDriver:
         # Queue deliveries: one encoder per sub_id (topic = this queue's name, encoded once).
         self._topic = self.name.encode()
         self._encoders: dict[str, QueueDeliveryEncoder] = {}
+        # R7: a replicated queue spans instances; proxied transfer is an administrator's switch
+        # for this instance only, off at every start (see set_proxied_transfer).
+        self.replicated = instance.config.replicates_queue(config)
+        self.proxied_transfer = False
+
+    def set_proxied_transfer(self, enabled: bool) -> None:
+        """R7: while an owner is unreachable, claim its messages for local takers and grant
+        requests for them. Enabling moves nothing by itself. Not persisted: a restart starts
+        with it off, so a forgotten switch never outlives the incident it was turned on for."""
+        assert self.replicated
+        if enabled != self.proxied_transfer:
+            log.warning(
+                "proxied transfer %s for queue %s by an administrator%s",
+                "enabled" if enabled else "disabled",
+                self.name,
+                ": messages of an unreachable owner may be claimed here" if enabled else "",
+            )
+        self.proxied_transfer = enabled
 
     def oldest_needed_txid(self) -> int:
         """The journal lifecycle's hold: the queue's unacknowledged messages, and what a restart

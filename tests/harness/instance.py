@@ -54,6 +54,7 @@ def config_xml(
     extra: str = "",
     topics: str = "<Topic><Name>.*</Name><MessageType>json</MessageType></Topic>",
     max_message_size: str | None = None,
+    initial_state: str | None = None,
 ) -> str:
     """A configuration for tests: loopback only, port 0 (free ports) by default."""
     admin = (
@@ -62,6 +63,8 @@ def config_xml(
         else ""
     )
     limit = f"<MaxMessageSize>{max_message_size}</MaxMessageSize>" if max_message_size else ""
+    if initial_state is not None:
+        limit += f"<InitialState>{initial_state}</InitialState>"
     return f"""<AMPSConfig>
   <Name>{name}</Name>
   {admin}

@@ -94,3 +94,18 @@ def test_the_admin_cli_logs_on_with_user_and_amps_password(instance: InstancePro
     )
     assert done.returncode == 0, done.stderr
     assert PASSWORDS["ops"] not in "".join(instance.output)
+
+
+def test_the_switches_need_an_admin_user_too(instance: InstanceProcess) -> None:
+    """Issue 9: proxied transfer and transport switches are authenticated like every change."""
+    for path in (
+        "/amps/administrator/queues/work/enable_proxied_transfer",
+        "/amps/administrator/transports/grpc/disable",
+    ):
+        assert request(instance, path, method="POST")[0] == 401
+        assert request(instance, path, "watcher", method="POST")[0] == 403
+    status, _, body = request(
+        instance, "/amps/administrator/queues/work/enable_proxied_transfer", "ops", method="POST"
+    )
+    assert (status, b"no such queue 'work'" in body) == (404, True)
+    assert request(instance, "/amps/instance/transports", "watcher")[0] == 200

@@ -46,6 +46,11 @@ class Queue:
 
     config: QueueConfig
     engine: QueueEngine
+    replicated: bool = False
+    proxied_transfer: bool = False
+
+    def set_proxied_transfer(self, enabled: bool) -> None:
+        self.proxied_transfer = enabled
 
     def statistics(self) -> QueueStatistics:
         return self.engine.statistics(now_ms=0)

@@ -1,0 +1,80 @@
+"""A client transport that starts disabled (InitialState), enabled and disabled again by
+`amps admin transport` against a real instance (seed 004's runbook, issue 9)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from amps.client import Client
+from amps.errors import ConnectionBroken
+from tests.harness.instance import InstanceProcess, amps_cli, config_xml
+from tests.harness.streams import take
+from tests.integration.test_admin import WORK_QUEUE, eventually, get_json
+
+TIMEOUT_S = 30
+
+
+@pytest.fixture
+def closed_instance(tmp_path: Path) -> Iterator[InstanceProcess]:
+    config = config_xml(extra=WORK_QUEUE, initial_state="disabled")
+    process = InstanceProcess(tmp_path / "amps", config).start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def transport_state(instance: InstanceProcess) -> dict[str, object]:
+    (transport,) = get_json(instance, "/amps/instance/transports.json")["transports"]
+    assert isinstance(transport, dict)
+    return transport
+
+
+async def test_a_disabled_transport_refuses_logons_until_enabled_then_drops_its_clients(
+    closed_instance: InstanceProcess,
+) -> None:
+    inst = closed_instance
+    server = f"127.0.0.1:{inst.admin_port}"
+    assert "transport grpc starts disabled (InitialState)" in "".join(inst.output)
+    assert transport_state(inst)["state"] == "disabled"
+
+    # Given the transport starts disabled: a logon is refused, with what to do about it.
+    async with Client("refused", reconnect=False) as client:
+        with pytest.raises(ConnectionBroken) as refused:
+            await client.connect(inst.address, timeout_s=5)
+    assert "transport 'grpc' is disabled" in str(refused.value)
+    assert "amps admin transport enable grpc" in str(refused.value)
+    assert transport_state(inst)["refused_logons"] == 1
+
+    # When an administrator enables it, clients log on and take work.
+    enabled = await asyncio.to_thread(
+        amps_cli, "admin", "transport", "enable", "grpc", "--server", server
+    )
+    assert (enabled.returncode, enabled.stdout) == (0, "transport grpc enabled\n"), enabled.stderr
+    async with Client("pub") as pub, Client("worker", reconnect=False) as worker:
+        await pub.connect(inst.address)
+        await pub.publish("orders", orjson.dumps({"id": 1}))
+        await pub.flush(timeout_s=TIMEOUT_S)
+        await worker.connect(inst.address)
+        await take(await worker.subscribe("work", max_backlog=1), 1)
+        await eventually(lambda: get_json(inst, "/amps/instance/queues/work")["backlog"] == 1)
+
+        # When it is disabled again, its clients are disconnected and their leases return.
+        disabled = await asyncio.to_thread(
+            amps_cli, "admin", "transport", "disable", "grpc", "--server", server, "--yes"
+        )
+        assert disabled.returncode == 0, disabled.stderr
+        await eventually(lambda: get_json(inst, "/amps/instance/queues/work")["backlog"] == 0)
+        await eventually(lambda: get_json(inst, "/amps/instance")["connected_clients"] == 0)
+    listing = await asyncio.to_thread(
+        amps_cli, "admin", "transports", "--server", server, "--output", "json"
+    )
+    (transport,) = json.loads(listing.stdout)["transports"]
+    assert (transport["state"], transport["initial_state"]) == ("disabled", "disabled")
+    assert transport["port"] == inst.port
