@@ -7,6 +7,8 @@ The replicated-queues issue asks this table whether an owner is reachable (R7).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class Reachability:
     """instance -> the latest `now_ms` at which it was known alive (here, not its clock)."""
@@ -34,3 +36,18 @@ class Reachability:
 
     def last_heard_ms(self, instance: str) -> int | None:
         return self._heard_ms.get(instance)
+
+    def unreachable(
+        self, instances: Iterable[str], now_ms: int, interval_ms: int
+    ) -> frozenset[str]:
+        """R7: those of `instances` not known to be reachable: nothing from them arrived, by
+        any path, within `interval_ms` before `now_ms` (never heard from counts as not)."""
+        assert interval_ms > 0
+        found = set()
+        for instance in instances:
+            if instance == self.local:
+                continue
+            heard_ms = self._heard_ms.get(instance)
+            if heard_ms is None or now_ms - heard_ms > interval_ms:
+                found.add(instance)
+        return frozenset(found)
