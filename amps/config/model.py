@@ -274,13 +274,13 @@ class Config:
 
     def replicates_queue(self, queue: QueueConfig) -> bool:
         """Whether `queue` spans instances: a Queue or GroupLocalQueue whose name some
-        `Replication/Destination/Topic` names (a LocalQueue never does, R2)."""
+        `Replication/Destination/Topic` names, or a destination without `Topic` (it replicates
+        everything). A LocalQueue never does (R2)."""
         if queue.kind == "LocalQueue" or self.replication is None:
             return False
         return any(
-            topic.matches(queue.name)
+            not destination.topics or any(t.matches(queue.name) for t in destination.topics)
             for destination in self.replication.destinations
-            for topic in destination.topics
         )
 
     def reserved_section(self, tag: str) -> RawElement | None:

@@ -64,3 +64,8 @@ def test_a_queue_is_replicated_when_a_destination_topic_names_it() -> None:
     assert replicated == {"work": True, "solo": False, "local": False}
     alone = load(document(QUEUES, log=ALL_RECORDED))
     assert not any(alone.replicates_queue(q) for q in alone.queues)
+    # A destination without Topic replicates every recorded topic, queues included.
+    everything = DESTINATION.split("<Topic>")[0] + DESTINATION[DESTINATION.index("<Transport>") :]
+    config = load(document(QUEUES + everything, log=ALL_RECORDED))
+    replicated = {q.name: config.replicates_queue(q) for q in config.queues}
+    assert replicated == {"work": True, "solo": True, "local": False}
