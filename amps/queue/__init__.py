@@ -25,6 +25,7 @@ from amps.queue.events import (
     Event,
     MessagePublished,
     MessageRemoved,
+    OwnershipMoved,
     Subscribed,
     Unsubscribed,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "ExpireReason",
     "MessagePublished",
     "MessageRemoved",
+    "OwnershipMoved",
     "PublishDeadLetter",
     "QueueEngine",
     "QueuePolicy",

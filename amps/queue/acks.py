@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from amps.queue.actions import NO_REASON, Action, ExpireReason, RecordRemoval, RemovalReason
 from amps.queue.events import Acked, AckedByFilter, AckOption, Bookmark
 from amps.queue.state import QueueState
-from amps.queue.table import AVAILABLE, BARRIER, COUNT_MAX, INACTIVE, LEASED, REMOVED
+from amps.queue.table import (
+    AVAILABLE,
+    BARRIER,
+    COUNT_MAX,
+    ELSEWHERE,
+    INACTIVE,
+    LEASED,
+    REMOVED,
+)
 
 
 def on_acked(state: QueueState, event: Acked, now_ms: int, actions: list[Action]) -> None:
@@ -82,7 +90,7 @@ def _ack_plain(
             if slot < 0:
                 continue
         kind = row_state[slot]
-        if kind == LEASED and not flags[slot] & BARRIER:
+        if kind == LEASED and not flags[slot] & (BARRIER | ELSEWHERE):
             sub = subs[lease_sub[slot]]
             assert sub is not None
             sub.leased.remove(txid)

@@ -19,11 +19,11 @@ from itertools import compress
 
 from amps.queue.columns import as_array, column_bytes, tail
 from amps.queue.state import QueueState
-from amps.queue.table import AVAILABLE, IN_RETURNED, LIVE_MASK, REMOVED
+from amps.queue.table import AVAILABLE, ELSEWHERE, IN_RETURNED, LIVE_MASK, REMOVED
 
-# state byte -> 1 when AVAILABLE; flags byte -> 1 when not IN_RETURNED (for compress()).
+# state byte -> 1 when AVAILABLE; flags byte -> 1 when neither IN_RETURNED nor ELSEWHERE.
 _AVAILABLE_MASK = bytes(1 if b == AVAILABLE else 0 for b in range(256))
-_NOT_RETURNED_MASK = bytes(0 if b & IN_RETURNED else 1 for b in range(256))
+_NOT_RETURNED_MASK = bytes(0 if b & (IN_RETURNED | ELSEWHERE) else 1 for b in range(256))
 _NONZERO_MASK = bytes(0 if b == 0 else 1 for b in range(256))
 
 MIN_GARBAGE = 1024
@@ -92,10 +92,8 @@ def _needed_txids(state: QueueState) -> set[int]:
 
 
 def _fresh_txids(state: QueueState) -> set[int]:
-    """Every txid `QueueState.valid_fresh` accepts: AVAILABLE, never delivered, not returned.
-
-    Assumes `owned_here` is True for every message (R2: it always is today).
-    """
+    """Every txid `QueueState.valid_fresh` accepts: AVAILABLE, never delivered, not returned,
+    owned here (R2)."""
     table = state.table
     head = table.head
     count = len(table) - head

@@ -12,7 +12,7 @@ import heapq
 
 from amps.queue.actions import NO_REASON, Action, ExpireReason, RemovalReason
 from amps.queue.state import QueueState
-from amps.queue.table import LEASED, NO_EXPIRY, OUT_OF_ORDER_EXPIRY, REMOVED
+from amps.queue.table import ELSEWHERE, LEASED, NO_EXPIRY, OUT_OF_ORDER_EXPIRY, REMOVED
 
 
 def run_due(state: QueueState, now_ms: int, actions: list[Action]) -> None:
@@ -50,14 +50,19 @@ def expire_messages(state: QueueState, now_ms: int, actions: list[Action]) -> No
         slot = state.expiry_slot
         if state.expire_at_ms(slot) > now_ms:
             break
-        if table.state[slot] != LEASED:
+        # Only its owner expires a message (R2); taking ownership checks the time again.
+        if table.state[slot] != LEASED and not table.flags[slot] & ELSEWHERE:
             state.remove(slot, RemovalReason.EXPIRED, actions, ExpireReason.TIME_LIMIT)
         state.expiry_slot += 1
     heap = state.expiry_heap
     while heap and heap[0][0] <= now_ms:
         _, txid = heapq.heappop(heap)
         slot = table.slot_of(txid)
-        if slot >= 0 and table.state[slot] not in (REMOVED, LEASED):
+        if (
+            slot >= 0
+            and table.state[slot] not in (REMOVED, LEASED)
+            and not table.flags[slot] & ELSEWHERE
+        ):
             state.remove(slot, RemovalReason.EXPIRED, actions, ExpireReason.TIME_LIMIT)
 
 

@@ -25,6 +25,7 @@ from amps.queue.events import (
     Event,
     MessagePublished,
     MessageRemoved,
+    OwnershipMoved,
     Subscribed,
     Unsubscribed,
 )
@@ -33,7 +34,7 @@ from amps.queue.policy import QueuePolicy
 from amps.queue.state import QueueState
 from amps.queue.statistics import QueueStatistics
 from amps.queue.subscriptions import Subscription, effective_backlog
-from amps.queue.table import LEASED, NO_EXPIRY
+from amps.queue.table import AVAILABLE, ELSEWHERE, LEASED, NO_EXPIRY, REMOVED
 
 _priority = attrgetter("priority")
 
@@ -53,6 +54,7 @@ class QueueEngine:
             Acked: lambda e, now_ms, actions: acks.on_acked(state, e, now_ms, actions),
             AckedByFilter: lambda e, now_ms, a: acks.on_acked_by_filter(state, e, now_ms, a),
             MessageRemoved: lambda e, now_ms, a: recovery.on_message_removed(state, e, now_ms, a),
+            OwnershipMoved: self._on_ownership_moved,
         }
 
     @property
@@ -96,6 +98,7 @@ class QueueEngine:
                 and type(event) is MessagePublished
                 and event.expiration_ms is None
                 and not event.is_barrier
+                and not event.elsewhere
             ):
                 # Inserted in bulk below when none of them is due to expire yet: then the
                 # time-driven passes between them would find nothing.
@@ -260,10 +263,31 @@ class QueueEngine:
             event.is_barrier,
             expire_at_ms,
             own_expiry=own is not None,
+            elsewhere=event.elsewhere,
         )
         deferred = state.deferred
         if deferred and deferred.pop((event.publisher_id, event.seq), None) is not None:
             state.remove(slot, RemovalReason.ACKED, actions)
+
+    def _on_ownership_moved(
+        self, event: OwnershipMoved, now_ms: int, actions: list[Action]
+    ) -> None:
+        state = self._state
+        txid = state.bookmarks.find(*event.bookmark)
+        slot = -1 if txid is None else state.table.slot_of(txid)
+        if slot < 0:
+            return
+        table = state.table
+        if table.state[slot] == REMOVED or table.flags[slot] & ELSEWHERE != (
+            ELSEWHERE if event.owned_here else 0
+        ):
+            return  # gone, or already where the event says
+        if not event.owned_here:
+            state.give_up_ownership(slot)
+            return
+        state.take_ownership(slot)
+        if table.state[slot] == AVAILABLE and state.expire_at_ms(slot) <= now_ms:
+            state.remove(slot, RemovalReason.EXPIRED, actions, ExpireReason.TIME_LIMIT)
 
     def _on_subscribed(self, event: Subscribed, now_ms: int, actions: list[Action]) -> None:
         state = self._state
@@ -326,6 +350,55 @@ class QueueEngine:
     def owned_here(self, txid: int) -> bool:
         """Replication hook: only messages owned by this instance are delivered (R2)."""
         return self._state.owned_here(txid)
+
+    def txid_of(self, bookmark: tuple[int, int]) -> int | None:
+        """The txid of a message still in the queue, by bookmark, or None."""
+        state = self._state
+        txid = state.bookmarks.find(*bookmark)
+        if txid is None:
+            return None
+        slot = state.table.slot_of(txid)
+        return None if slot < 0 or state.table.state[slot] == REMOVED else txid
+
+    def is_barrier(self, txid: int) -> bool:
+        """True if the message (still in the queue) is a barrier message (A3)."""
+        return txid in self._state.barriers
+
+    def held_here(self, txid: int) -> bool:
+        """R5's refusal test for a message owned here: it is leased here, or a local
+        subscription with backlog room matches it and it is deliverable now (active, not held
+        behind a barrier); the owner then keeps it for that subscriber."""
+        state = self._state
+        table = state.table
+        slot = table.slot_of(txid)
+        if slot < 0:
+            return False
+        row_state = table.state[slot]
+        if row_state == LEASED:
+            return True
+        if row_state != AVAILABLE or txid >= state.limit_txid() or not state.queue_has_room():
+            return False
+        return any(sub.has_room and sub.wants(txid) for sub in state.order)
+
+    def has_taker(self, txid: int) -> bool:
+        """R4's local condition for a message owned elsewhere: a subscription here has backlog
+        room and matches it, and the queue-wide MaxBacklog has room."""
+        state = self._state
+        if not state.queue_has_room():
+            return False
+        return any(sub.has_room and sub.wants(txid) for sub in state.order)
+
+    def free_backlog(self) -> int:
+        """How many more messages the subscriptions here could take now (Q8): the sum of
+        their backlog room, within the queue-wide MaxBacklog."""
+        state = self._state
+        room = sum(max(0, sub.backlog - len(sub.leased)) for sub in state.order)
+        limit = state.policy.max_backlog
+        return room if limit is None else max(0, min(room, limit - state.leased_total))
+
+    def owned_elsewhere_count(self) -> int:
+        """Messages in the queue here that another instance owns (R2)."""
+        return self._state.elsewhere_count
 
     def deliverable(self, limit: int) -> list[int]:
         """Q19: txids of active, unleased messages a `sow` returns, in delivery order."""

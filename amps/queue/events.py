@@ -36,6 +36,8 @@ class MessagePublished:
     `timestamp_ms` is in the same monotonic time base as `now_ms` (the adapter converts).
     `priority` is the Priority value as u64 (0 when absent or not numeric, A2).
     `expiration_ms` is the message's own expiration, which overrides the queue Expiration.
+    `elsewhere`: another instance owns it (R2): kept for acks and barriers, not delivered here
+    until an `OwnershipMoved` says it is owned here.
     """
 
     txid: int
@@ -45,6 +47,7 @@ class MessagePublished:
     priority: int = 0
     is_barrier: bool = False
     expiration_ms: int | None = None
+    elsewhere: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,20 @@ class AckedByFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnershipMoved:
+    """The message became owned here (`owned_here`) or by another instance (R2, R5, R7).
+
+    Given up: an inactive message is reached first (A4: the rows up to it are activated); a
+    leased one keeps its lease, and when the lease ends it stays for its owner. Taken: it is
+    delivered here in its turn, or expired now if it is past its expiration (the owner's own
+    reason, Q13). A message not in the queue is ignored.
+    """
+
+    bookmark: Bookmark
+    owned_here: bool
+
+
+@dataclass(frozen=True, slots=True)
 class MessageRemoved:
     """Recovery: the log says this message already left (give `txid` or `bookmark`)."""
 
@@ -113,6 +130,7 @@ Event = (
     | Acked
     | AckedByFilter
     | MessageRemoved
+    | OwnershipMoved
 )
 
 speed_up(
@@ -123,4 +141,5 @@ speed_up(
     Acked,
     AckedByFilter,
     MessageRemoved,
+    OwnershipMoved,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from amps.queue.columns import column_bytes, tail
 from amps.queue.state import QueueState
-from amps.queue.table import AVAILABLE, BARRIER, IN_RETURNED, INACTIVE, LEASED, REMOVED
+from amps.queue.table import AVAILABLE, BARRIER, ELSEWHERE, IN_RETURNED, INACTIVE, LEASED, REMOVED
 
 
 def check_invariants(state: QueueState) -> None:
@@ -18,18 +18,23 @@ def check_invariants(state: QueueState) -> None:
 def _check_rows(state: QueueState) -> None:
     table = state.table
     counts = {AVAILABLE: 0, LEASED: 0, REMOVED: 0, INACTIVE: 0}
+    elsewhere = 0
     barriers = []
     for slot in range(len(table)):
         row_state = table.state[slot]
-        counts[row_state] += 1
+        if table.flags[slot] & ELSEWHERE:
+            assert row_state in (AVAILABLE, LEASED)
+            assert not table.flags[slot] & (BARRIER | IN_RETURNED)
+            elsewhere += 1
+        else:
+            counts[row_state] += 1
         assert slot >= table.head or row_state == REMOVED
         if row_state == LEASED:
             assert table.lease_sub[slot] >= 0
         else:
             assert table.lease_sub[slot] == -1
         if table.flags[slot] & IN_RETURNED:
-            assert row_state == AVAILABLE
-            assert table.delivery_count[slot] > 0
+            assert row_state == AVAILABLE  # delivered before, or taken over by a transfer
         if table.flags[slot] & BARRIER and row_state != REMOVED:
             barriers.append(table.txid[slot])
         if slot > 0:
@@ -37,17 +42,18 @@ def _check_rows(state: QueueState) -> None:
     assert counts[REMOVED] == table.removed_count
     assert counts[AVAILABLE] + counts[LEASED] == state.active_count
     assert counts[INACTIVE] == state.inactive_count
+    assert elsewhere == state.elsewhere_count
     assert barriers == list(state.barriers)
     target = state.policy.target_queue_depth
-    if target is not None:
-        assert state.active_count <= target or state.inactive_count == 0
-        if state.inactive_count:
-            assert state.active_count == target
-            states = column_bytes(table.state)
-            first_inactive = states.find(INACTIVE)
-            assert state.activation_slot <= first_inactive
-            rest = states[first_inactive:]
-            assert all(s in (INACTIVE, REMOVED) for s in rest), "inactive rows are the tail"
+    if target is not None and state.inactive_count:
+        # A transfer of an inactive message activates up to it (A4), so more may be active.
+        assert state.active_count >= target
+        states = column_bytes(table.state)
+        first_inactive = states.find(INACTIVE)
+        assert state.activation_slot <= first_inactive
+        for slot in range(first_inactive, len(table)):
+            ok = table.state[slot] in (INACTIVE, REMOVED) or table.flags[slot] & ELSEWHERE
+            assert ok, "inactive rows are the tail (rows owned elsewhere aside)"
 
 
 def _check_subscriptions(state: QueueState) -> None:
@@ -72,7 +78,7 @@ def _check_subscriptions(state: QueueState) -> None:
         assert slot >= 0, "returned_from outlives its message"
         assert table.flags[slot] & IN_RETURNED, "returned_from outlives its return"
         assert 0 <= position < state.next_position
-    leased_rows = sum(1 for s in table.state if s == LEASED)
+    leased_rows = sum(1 for s in table.state if s == LEASED)  # owned here or not
     assert leased_rows + len(state.at_most_once_sent) == state.leased_total
 
 
@@ -82,7 +88,7 @@ def _check_levels(state: QueueState) -> None:
     fresh_live = dict.fromkeys(state.levels, 0)
     returned_live = dict.fromkeys(state.levels, 0)
     for slot in range(table.head, len(table)):
-        if table.state[slot] != AVAILABLE:
+        if table.state[slot] != AVAILABLE or table.flags[slot] & ELSEWHERE:
             continue
         priority = 0 if table.priority is None else table.priority[slot]
         if table.flags[slot] & IN_RETURNED:
@@ -102,5 +108,6 @@ def _check_counters(state: QueueState) -> None:
     c = state.counters
     left = c.acked_total + c.expired_total + c.sent_at_most_once_total
     left += c.barrier_delivered_total
-    assert c.entered_total == left + state.active_count + state.inactive_count
-    assert state.table.live_count == state.active_count + state.inactive_count
+    live = state.active_count + state.inactive_count + state.elsewhere_count
+    assert c.entered_total == left + live
+    assert state.table.live_count == live

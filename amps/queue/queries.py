@@ -40,7 +40,7 @@ def statistics(state: QueueState, now_ms: int) -> QueueStatistics:
     return QueueStatistics(
         depth=state.active_count,
         leased_count=state.leased_total,
-        deliverable_count=state.active_count - leased_rows,
+        deliverable_count=max(0, state.active_count - leased_rows),
         inactive_count=state.inactive_count,
         deferred_ack_count=len(state.deferred),
         oldest_message_age_ms=None if oldest < 0 else now_ms - table.timestamp_ms[oldest],

@@ -29,6 +29,7 @@ from amps.queue.state import QueueState
 from amps.queue.table import (
     AVAILABLE,
     BARRIER,
+    ELSEWHERE,
     IN_RETURNED,
     INACTIVE,
     LIVE_MASK,
@@ -463,7 +464,7 @@ def bookmark_runs_of(
 
 
 _BULK_LEVELS = 16
-_SLOW_FLAGS = BARRIER | IN_RETURNED
+_SLOW_FLAGS = BARRIER | IN_RETURNED | ELSEWHERE
 _BULK_PUBLISHERS = 64
 # flags byte -> 1 if BARRIER is set, and snapshot barrier byte -> BARRIER flag
 _BARRIER_MASK = bytes(1 if b & BARRIER else 0 for b in range(256))

@@ -5,7 +5,10 @@ Rules:
 2. Only `remove()` makes a row REMOVED, and it counts the removal under one reason.
 3. A message is "fresh" while it was never delivered; after a lease breaks it lives in its
    level's returned heap (IN_RETURNED). `leave_available()` keeps both counts exact.
+   A message that became owned here by a transfer (R5) joins the returned heap too.
 4. Slots are valid only within one step; anything kept across steps is a txid.
+5. A row owned by another instance (ELSEWHERE, R2) is in no level list and counts in
+   `elsewhere_count`, not in `active_count` or `inactive_count`.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from amps.queue.subscriptions import Subscription
 from amps.queue.table import (
     AVAILABLE,
     BARRIER,
+    ELSEWHERE,
     IN_RETURNED,
     INACTIVE,
     LEASED,
     NO_EXPIRY,
     OUT_OF_ORDER_EXPIRY,
+    REMOVED,
     MessageTable,
 )
 
@@ -65,8 +70,9 @@ class QueueState:
         self.at_most_once_sent: dict[int, int] = {}  # txid -> sub index, until acked (Q7)
         self.lease_heap: list[tuple[int, int, int]] = []  # (lease start ms, txid, delivery)
         self.barriers: deque[int] = deque()  # pending barrier txids, oldest first (A3)
-        self.active_count = 0  # AVAILABLE + LEASED rows
+        self.active_count = 0  # AVAILABLE + LEASED rows owned here
         self.inactive_count = 0
+        self.elsewhere_count = 0  # live rows owned by another instance (ELSEWHERE)
         self.activation_slot = 0  # first slot that may be INACTIVE (A4)
         self.expiry_slot = 0  # in-order expiry sweep position
         self.expiry_max_seen_ms = -NO_LIMIT
@@ -81,12 +87,13 @@ class QueueState:
     # -- queries -------------------------------------------------------------------------
 
     def owned_here(self, txid: int) -> bool:
-        """Replication hook (R2): only messages owned here are delivered. Always True today.
+        """Replication hook (R2): only messages owned here are delivered.
 
-        A later ownership change must call `return_to_queue`-style re-offering for messages
-        that become owned, because delivery cursors skip messages that were not owned.
+        A message that becomes owned here joins its level's returned heap (`take_ownership`),
+        because delivery cursors skip messages that were not owned.
         """
-        return True
+        slot = self.table.slot_of(txid)
+        return slot >= 0 and not self.table.flags[slot] & ELSEWHERE
 
     def level_of(self, slot: int) -> Level:
         """The priority level of a row."""
@@ -114,8 +121,7 @@ class QueueState:
             slot >= 0
             and table.state[slot] == AVAILABLE
             and table.delivery_count[slot] == 0
-            and not table.flags[slot] & IN_RETURNED
-            and self.owned_here(txid)
+            and not table.flags[slot] & (IN_RETURNED | ELSEWHERE)
         )
 
     def valid_returned(self, txid: int) -> bool:
@@ -125,8 +131,7 @@ class QueueState:
         return (
             slot >= 0
             and table.state[slot] == AVAILABLE
-            and bool(table.flags[slot] & IN_RETURNED)
-            and self.owned_here(txid)
+            and table.flags[slot] & (IN_RETURNED | ELSEWHERE) == IN_RETURNED
         )
 
     def current_lease_slot(self, txid: int, delivery_count: int) -> int:
@@ -167,11 +172,44 @@ class QueueState:
         self.active_count += 1
         self.level_of(slot).push_fresh(table.txid[slot])
 
+    def give_up_ownership(self, slot: int) -> None:
+        """R5: the message is owned elsewhere now; an inactive one is reached first (A4: the
+        rows up to it are activated), a leased one keeps its lease until it ends."""
+        table = self.table
+        row_state = table.state[slot]
+        assert row_state != REMOVED
+        assert not table.flags[slot] & (ELSEWHERE | BARRIER)
+        if row_state == INACTIVE:
+            while self.activation_slot <= slot:
+                if table.state[self.activation_slot] == INACTIVE:
+                    self.activate(self.activation_slot)
+                self.activation_slot += 1
+            row_state = AVAILABLE
+        if row_state == AVAILABLE:
+            self.leave_available(slot)
+        self.active_count -= 1
+        self.elsewhere_count += 1
+        table.flags[slot] |= ELSEWHERE
+
+    def take_ownership(self, slot: int) -> None:
+        """R5, R7: the message is owned here now; an available one joins its level's returned
+        heap (its txid is older than the fresh list's tail), so it goes out in Q14 order."""
+        table = self.table
+        flags = table.flags[slot]
+        assert flags & ELSEWHERE
+        table.flags[slot] = flags & ~ELSEWHERE
+        self.elsewhere_count -= 1
+        self.active_count += 1
+        if table.state[slot] == AVAILABLE:
+            table.flags[slot] |= IN_RETURNED
+            self.level_of(slot).push_returned(table.txid[slot])
+
     def leave_available(self, slot: int) -> None:
         """An AVAILABLE row is about to be delivered or removed: fix the level counts."""
         table = self.table
         assert table.state[slot] == AVAILABLE
         flags = table.flags[slot]
+        assert not flags & ELSEWHERE
         level = self.level_of(slot)
         if flags & IN_RETURNED:
             table.flags[slot] = flags & ~IN_RETURNED
@@ -207,7 +245,12 @@ class QueueState:
         table = self.table
         state = table.state[slot]
         txid = table.txid[slot]
-        if state == LEASED:
+        if table.flags[slot] & ELSEWHERE:
+            self.elsewhere_count -= 1
+            table.flags[slot] &= ~ELSEWHERE
+            if state == LEASED:
+                self.release_lease(slot)
+        elif state == LEASED:
             sub = self.subs[table.lease_sub[slot]]
             assert sub is not None
             sub.leased.remove(txid)  # release_lease, inlined (hot: every ack)
@@ -251,6 +294,13 @@ class QueueState:
         """A lease ended without an ack: return the message, or expire it past a limit (Q13)."""
         table = self.table
         assert table.state[slot] == LEASED
+        if table.flags[slot] & ELSEWHERE:
+            # Owned elsewhere since it was leased (R7's documented duplicate): it stays for its
+            # owner, who alone may expire it (never for a reason of this instance's own).
+            self.removals_since_check += 1
+            self.release_lease(slot)
+            table.state[slot] = AVAILABLE
+            return
         if self.expire_at_ms(slot) <= now_ms:
             reasons |= ExpireReason.TIME_LIMIT
         max_deliveries = self.policy.max_deliveries
@@ -294,9 +344,12 @@ class QueueState:
         expire_at_ms: int,
         *,
         own_expiry: bool,
+        elsewhere: bool = False,
     ) -> int:
-        """Add the newest message: active, or inactive beyond TargetQueueDepth (A4)."""
+        """Add the newest message: active, or inactive beyond TargetQueueDepth (A4), or
+        owned by another instance (`elsewhere`, R2: kept, never delivered here)."""
         assert txid > self.last_txid
+        assert not (elsewhere and is_barrier)
         self.last_txid = txid
         self.counters.entered_total += 1
         policy = self.policy
@@ -305,6 +358,13 @@ class QueueState:
         table = self.table
         if policy.has_priority:
             self.level_for(priority)
+        if elsewhere:
+            slot = table.append(txid, timestamp_ms, priority, ELSEWHERE, AVAILABLE)
+            self.bookmarks.add(publisher_id, seq, txid)
+            if own_expiry or expire_at_ms != NO_EXPIRY or table.expire_at_ms is not None:
+                self._track_expiry(slot, expire_at_ms, own_expiry=own_expiry)
+            self.elsewhere_count += 1
+            return slot
         flags = BARRIER if is_barrier else 0
         slot = table.append(txid, timestamp_ms, priority, flags, INACTIVE if beyond else AVAILABLE)
         self.bookmarks.add(publisher_id, seq, txid)

@@ -32,6 +32,10 @@ INACTIVE = 3  # beyond TargetQueueDepth (A4)
 BARRIER = 1
 IN_RETURNED = 2  # the message is in its level's returned heap (it went back after a lease)
 OUT_OF_ORDER_EXPIRY = 4  # its expiry is tracked by the engine's expiry heap, not the sweep
+# Owned by another instance (R2): kept for acks and barriers, never delivered, expired or
+# counted in the TargetQueueDepth window here; in no level list. Never INACTIVE, never a
+# barrier. A LEASED row gets it when ownership moved away during its lease (R7's duplicate).
+ELSEWHERE = 8
 
 NO_EXPIRY = (1 << 63) - 1
 COUNT_MAX = 65_535

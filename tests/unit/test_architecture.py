@@ -24,6 +24,7 @@ CORE_MODULES = [
     "replication/latency.py",
     "replication/link_core.py",
     "replication/ownership.py",
+    "replication/queue_replica.py",
     "amps/security/users.py",
     "replication/positions.py",
     "replication/reachability.py",

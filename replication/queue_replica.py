@@ -1,0 +1,485 @@
+"""One replicated queue on one instance: its queue engine, its ownership machine and its
+transfer-latency estimator, glued into one sans-IO core (R2-R7, A4). [core]
+
+Rules (read them before changing anything below):
+
+Rule 1: facts in, actions out. Every input is a method named for what happened (a message was
+        published or replicated in, a client acked, a peer removed, an ownership record or a
+        transfer request arrived, time passed, reachability or the proxied switch changed); each
+        returns the actions to perform, in order. No I/O, no clock: `now_ms` is an argument.
+Rule 2: the owner of a message when it enters (epoch 0): `Queue`, the instance where a client
+        published it (the record's origin); `GroupLocalQueue`, its `InitialOwner`;
+        `LocalQueue` (or a queue on an instance without replication), this instance, always,
+        and nothing of ownership runs. A barrier message (A3) is released by every instance
+        that holds it (R6): it is never owned elsewhere and never transferred.
+Rule 3: only messages owned here (or claimed here by proxy) are delivered here (R2). The engine
+        holds the others too, for acks, barriers and a later transfer; the owner's local
+        subscribers come first (R3), because the owner refuses a request while one of them
+        can take the message (R5).
+Rule 4: a transfer request (R4) goes out for a message owned elsewhere that waited here longer
+        than the current estimate for its owner (`replication/latency.py`; the configured
+        default until it has samples), when a local subscription with backlog room matches it;
+        never more requests outstanding than the backlog room here.
+Rule 5: only the owner removes a message for a reason of its own (Expiration, MaxDeliveries,
+        MaxCancels): the engine never expires a message owned elsewhere, and a removal that a
+        peer replicated (`removed_by_peer`) is applied silently (no record of this instance's
+        own, no dead letter: the owner wrote those once).
+Rule 6: the ordering contract of `Action` below: an `AppendOwnership` must be durable in the
+        local log before any later `SendOwnership`, `Deliver` or `DeliverBarrier` of the same
+        list is performed (and the engine's own rule for at-most-once removals holds).
+
+Actions are the engine's (`Deliver`, `DeliverBarrier`, `RecordRemoval`, `PublishDeadLetter`)
+and the ownership machine's `AppendOwnership`, `SendOwnership` and `SendTransferRequest`; its
+`Offer` and `Withdraw` are performed here, on the engine, and never returned.
+
+This is the API the server (`amps/server/queues.py`) and the cluster simulation
+(`tests/simulation/`) drive; change it only together with both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Literal
+
+from amps.queue import (
+    Acked,
+    AckedByFilter,
+    ClientDisconnected,
+    ExpireReason,
+    MessagePublished,
+    MessageRemoved,
+    OwnershipMoved,
+    QueueEngine,
+    RecordRemoval,
+    RemovalReason,
+    Subscribed,
+    Unsubscribed,
+)
+from amps.queue import Action as EngineAction
+from replication.latency import LatencyOptions, TransferLatencies
+from replication.ownership import Action as OwnershipAction
+from replication.ownership import (
+    AppendOwnership,
+    MessageEntered,
+    MessageKey,
+    Offer,
+    Ownership,
+    OwnershipRecord,
+    OwnershipRecorded,
+    OwnershipState,
+    Removed,
+    SendOwnership,
+    SendTransferRequest,
+    TakerWaiting,
+    TransferRequested,
+    Withdraw,
+)
+
+QueueKind = Literal["Queue", "GroupLocalQueue", "LocalQueue"]
+
+ReplicaAction = EngineAction | AppendOwnership | SendOwnership | SendTransferRequest
+"""What the adapter performs, in list order. Ordering contract (raft `Ready`): every
+`AppendOwnership` is durable in the local log before any later `SendOwnership`, `Deliver` or
+`DeliverBarrier` of the same list is performed; a `RecordRemoval` with reason
+`SENT_AT_MOST_ONCE` likewise before any later delivery (the engine's rule). `SendOwnership`
+may be dropped by an adapter whose link replicates every durable record anyway."""
+
+EngineInput = Subscribed | Unsubscribed | ClientDisconnected | MessageRemoved
+"""Engine events the replica passes through unchanged (subscriptions and recovered removals)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaOptions:
+    """How one queue replicates here. `replicated=False` makes any kind behave as a
+    `LocalQueue` (an instance without replication: no ownership cost at all)."""
+
+    kind: QueueKind = "Queue"
+    initial_owner: str | None = None  # GroupLocalQueue only
+    replicated: bool = True
+    request_timeout_ms: int = 5_000
+    latency: LatencyOptions = field(default_factory=LatencyOptions)
+    max_scan: int = 4_096  # waiting messages looked at per step for transfer requests
+
+    def __post_init__(self) -> None:
+        assert (self.kind == "GroupLocalQueue") == (self.initial_owner is not None)
+        assert self.request_timeout_ms > 0
+        assert self.max_scan > 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatistics:
+    """Ownership counters and gauges of one queue on one instance (metrics, admin)."""
+
+    owned: int  # messages owned here now (claimed by proxy included)
+    owned_elsewhere: int  # messages held here that another instance owns
+    transferred_in: int
+    transferred_out: int
+    requests_sent: int
+    requests_granted: int  # granted by this instance
+    requests_unanswered: int
+    proxied_claims: int
+    superseded_records: int
+    proxied_transfer: bool
+    latency_estimate_ms: int  # the highest of the owners' estimates, else the default
+    latency_estimates_ms: dict[str, int]  # owner -> estimate
+
+
+class QueueReplica:
+    """One queue of one instance with ownership (R2-R7). No I/O, no clock."""
+
+    def __init__(
+        self,
+        here: str,
+        engine: QueueEngine,
+        options: ReplicaOptions,
+        *,
+        ownership: Ownership | None = None,
+    ) -> None:
+        """`ownership` replaces the default machine (tests that break a rule on purpose)."""
+        assert here
+        self.here = here
+        self.engine = engine
+        self.options = options
+        self.tracks_ownership = options.replicated and options.kind != "LocalQueue"
+        self.ownership = ownership or Ownership(here, request_timeout_ms=options.request_timeout_ms)
+        assert self.ownership.here == here
+        self.latencies = TransferLatencies(options.latency)
+        self._key_of: dict[int, MessageKey] = {}  # txid -> bookmark, messages in ownership
+        # Messages owned elsewhere here, in arrival order: key -> (txid, arrived_ms).
+        self._waiting: dict[MessageKey, tuple[int, int]] = {}
+        self._asked: set[MessageKey] = set()  # requests sent and not answered yet
+        self._scan_deadline_ms: int | None = None
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def owner_of_new(self, origin: str) -> str:
+        """Rule 2: the initial owner of a message that a client published on `origin`."""
+        if not self.tracks_ownership:
+            return self.here
+        if self.options.kind == "GroupLocalQueue":
+            assert self.options.initial_owner is not None
+            return self.options.initial_owner
+        return origin
+
+    def owned_here(self, key: MessageKey) -> bool:
+        """R2: whether this instance may deliver the message now."""
+        if not self.tracks_ownership:
+            return self.engine.txid_of(key) is not None
+        return self.ownership.owned_here(key)
+
+    def state_of(self, key: MessageKey) -> OwnershipState | None:
+        return self.ownership.state_of(key) if self.tracks_ownership else None
+
+    def statistics(self) -> ReplicaStatistics:
+        counts = self.ownership.statistics()
+        estimates = self.latencies.estimates_ms()
+        return ReplicaStatistics(
+            owned=counts.owned,
+            owned_elsewhere=self.engine.owned_elsewhere_count(),
+            transferred_in=counts.transferred_in,
+            transferred_out=counts.transferred_out,
+            requests_sent=counts.requests_sent,
+            requests_granted=counts.requests_granted,
+            requests_unanswered=counts.requests_unanswered,
+            proxied_claims=counts.proxied_claims,
+            superseded_records=counts.superseded_records,
+            proxied_transfer=self.ownership.proxied_transfer,
+            latency_estimate_ms=max(estimates.values(), default=self.options.latency.default_ms),
+            latency_estimates_ms=estimates,
+        )
+
+    def next_deadline_ms(self) -> int | None:
+        """When `on_deadline` next has work (leases, expiry, requests), or None."""
+        found = [
+            d
+            for d in (
+                self.engine.next_deadline_ms(),
+                self.ownership.next_deadline_ms() if self.tracks_ownership else None,
+                self._scan_deadline_ms,
+            )
+            if d is not None
+        ]
+        return min(found, default=None)
+
+    # -- facts -----------------------------------------------------------------------------
+
+    def published(
+        self, messages: Sequence[MessagePublished], origins: Sequence[str], now_ms: int
+    ) -> list[ReplicaAction]:
+        """Messages logged here, in txid order: `origins[i]` is the instance where a client
+        published `messages[i]` (this one for a local publish). Replays at recovery too."""
+        assert len(messages) == len(origins)
+        if not self.tracks_ownership:
+            return list(self.engine.handle_many(messages, now_ms))
+        ownership = self.ownership
+        entering: list[MessagePublished] = []
+        for message, origin in zip(messages, origins, strict=True):
+            key = (message.publisher_id, message.seq)
+            known = ownership.state_of(key)
+            if known is not None and known is not OwnershipState.REMOVED:
+                continue  # entered already (a re-offer): the engine ignores it too
+            owner = self.here if message.is_barrier else self.owner_of_new(origin)
+            if not message.is_barrier:
+                ownership.handle(MessageEntered(key, owner), now_ms)
+            elsewhere = not message.is_barrier and not ownership.owned_here(key)
+            if elsewhere != message.elsewhere:
+                message = MessagePublished(
+                    message.txid, message.publisher_id, message.seq, message.timestamp_ms,
+                    message.priority, message.is_barrier, message.expiration_ms, elsewhere,
+                )  # fmt: skip
+            entering.append(message)
+            self._key_of[message.txid] = key
+            if elsewhere and ownership.state_of(key) is not OwnershipState.REMOVED:
+                current = ownership.owner_of(key)
+                assert current is not None
+                self._waiting[key] = (message.txid, now_ms)
+                self.latencies.of(current[0]).arrived(key, now_ms)
+        out: list[ReplicaAction] = []
+        self._engine_actions(self.engine.handle_many(entering, now_ms), now_ms, out)
+        self._request_waiting(now_ms, out)
+        return out
+
+    def acked(self, event: Acked | AckedByFilter, now_ms: int) -> list[ReplicaAction]:
+        """A client's `sow_delete` on this instance (Q10-Q12); its removal records replicate."""
+        out: list[ReplicaAction] = []
+        self._engine_actions(self.engine.handle(event, now_ms), now_ms, out)
+        self._request_waiting(now_ms, out)
+        return out
+
+    def removed_by_peer(
+        self,
+        bookmarks: Iterable[MessageKey],
+        now_ms: int,
+        reason: RemovalReason = RemovalReason.ACKED,
+        expire_reasons: ExpireReason = ExpireReason.TIME_LIMIT,
+    ) -> list[ReplicaAction]:
+        """A removal replicated from a peer (an ack anywhere, the owner's expiry, an
+        at-most-once send): applied silently (Rule 5). An ack for a message not here yet is
+        remembered (the deferred acks, DeferredAckExpiration)."""
+        keys = list(bookmarks)
+        self._removed_silently(keys, now_ms, sample=True)
+        events = [
+            MessageRemoved(reason, bookmark=key, expire_reasons=expire_reasons) for key in keys
+        ]
+        out: list[ReplicaAction] = []
+        self._engine_actions(self.engine.handle_many(events, now_ms), now_ms, out)
+        self._request_waiting(now_ms, out)
+        return out
+
+    def removed_recovered(
+        self,
+        txids: Sequence[int],
+        reason: RemovalReason,
+        expire_reasons: ExpireReason,
+        now_ms: int,
+    ) -> list[ReplicaAction]:
+        """Recovery (Q16): this instance's own log says these messages already left."""
+        if self.tracks_ownership:
+            keys = [self._key_of[t] for t in txids if t in self._key_of]
+            self._removed_silently(keys, now_ms)
+        out: list[ReplicaAction] = []
+        actions = self.engine.remove_recovered(txids, reason, expire_reasons, now_ms)
+        self._engine_actions(actions, now_ms, out)
+        return out
+
+    def ownership_recorded(self, record: OwnershipRecord, now_ms: int) -> list[ReplicaAction]:
+        """A grant or claim read from a peer or replayed from the local log (R5, R7)."""
+        if not self.tracks_ownership:
+            return []
+        out: list[ReplicaAction] = []
+        self._ownership_actions(
+            self.ownership.handle(OwnershipRecorded(record), now_ms), now_ms, out
+        )
+        self._request_waiting(now_ms, out)
+        return out
+
+    def transfer_requested(
+        self, key: MessageKey, requester: str, now_ms: int
+    ) -> list[ReplicaAction]:
+        """A peer asked for the message (R5): granted only for the first request while this
+        instance owns it and no local subscriber can take it; otherwise silence."""
+        if not self.tracks_ownership or requester == self.here:
+            return []
+        txid = self.engine.txid_of(key)
+        held = txid is not None and self.engine.held_here(txid)
+        out: list[ReplicaAction] = []
+        event = TransferRequested(key, requester, held)
+        self._ownership_actions(self.ownership.handle(event, now_ms), now_ms, out)
+        return out
+
+    def handle(self, event: EngineInput, now_ms: int) -> list[ReplicaAction]:
+        """Subscriptions, disconnects and recovered removals, as the engine takes them."""
+        if isinstance(event, MessageRemoved):
+            if event.txid is not None:
+                key = self._key_of.get(event.txid)
+                keys = [] if key is None else [key]
+            else:
+                assert event.bookmark is not None
+                keys = [event.bookmark]
+            self._removed_silently(keys, now_ms)
+        out: list[ReplicaAction] = []
+        self._engine_actions(self.engine.handle(event, now_ms), now_ms, out)
+        self._request_waiting(now_ms, out)
+        return out
+
+    def on_deadline(self, now_ms: int) -> list[ReplicaAction]:
+        """Leases and expirations (engine), unanswered requests, and waiting messages that
+        became old enough to ask for (R4)."""
+        out: list[ReplicaAction] = []
+        if self.tracks_ownership:
+            self._ownership_actions(self.ownership.on_deadline(now_ms), now_ms, out)
+            self._requeue_refused()
+        self._engine_actions(self.engine.on_deadline(now_ms), now_ms, out)
+        self._request_waiting(now_ms, out)
+        return out
+
+    def reachability_changed(self, unreachable: Iterable[str], now_ms: int) -> list[ReplicaAction]:
+        """The owners not heard from, by any path, within the configured interval (R7)."""
+        self.ownership.unreachable = frozenset(unreachable) - {self.here}
+        out: list[ReplicaAction] = []
+        self._request_waiting(now_ms, out)
+        return out
+
+    def proxied_transfer_switched(self, enabled: bool, now_ms: int) -> list[ReplicaAction]:
+        """An administrator switched proxied transfer for this queue here (R7). Switching it
+        on moves nothing by itself; a waiting local taker then claims instead of asking."""
+        self.ownership.proxied_transfer = enabled and self.tracks_ownership
+        out: list[ReplicaAction] = []
+        self._request_waiting(now_ms, out)
+        return out
+
+    def check_invariants(self) -> None:
+        """Cross-checks of the engine, the machine and the glue; for tests and simulation."""
+        self.engine.check_invariants()
+        if not self.tracks_ownership:
+            return
+        self.ownership.check_invariants()
+        for key, (txid, _) in self._waiting.items():
+            assert self.engine.txid_of(key) == txid, (key, txid)
+            assert not self.ownership.owned_here(key), key
+        for txid, key in self._key_of.items():
+            if self.engine.txid_of(key) == txid and not self.engine.is_barrier(txid):
+                assert self.engine.owned_here(txid) == self.ownership.owned_here(key), key
+
+    # -- glue ------------------------------------------------------------------------------
+
+    def _removed_silently(
+        self, keys: list[MessageKey], now_ms: int, *, sample: bool = False
+    ) -> None:
+        """Messages that leave without a record of this instance's own: the machine forgets
+        them; a peer's ack of one that waited here is a latency sample (R4)."""
+        if not self.tracks_ownership:
+            return
+        engine = self.engine
+        for key in keys:
+            waited = self._waiting.pop(key, None)
+            if waited is not None:
+                owner = self.ownership.owner_of(key)
+                if owner is not None:
+                    latency = self.latencies.of(owner[0])
+                    if sample:
+                        latency.acked(key, now_ms)
+                    else:
+                        latency.forget(key)
+            txid = engine.txid_of(key)
+            if txid is not None:
+                self._key_of.pop(txid, None)
+            self.ownership.handle(Removed(key), now_ms)
+
+    def _engine_actions(
+        self, actions: list[EngineAction], now_ms: int, out: list[ReplicaAction]
+    ) -> None:
+        """Pass the engine's actions on; a message that left tells the ownership machine."""
+        if self.tracks_ownership:
+            for action in actions:
+                if type(action) is RecordRemoval:
+                    key = self._key_of.pop(action.txid, None)
+                    if key is not None:
+                        self._forget(key)
+                        self.ownership.handle(Removed(key), now_ms)
+        out.extend(actions)
+
+    def _ownership_actions(
+        self, actions: list[OwnershipAction], now_ms: int, out: list[ReplicaAction]
+    ) -> None:
+        """Perform `Offer` and `Withdraw` on the engine; pass the rest on, in order."""
+        for action in actions:
+            if isinstance(action, Offer):
+                self._forget(action.key)
+                moved = OwnershipMoved(action.key, owned_here=True)
+                self._engine_actions(self.engine.handle(moved, now_ms), now_ms, out)
+            elif isinstance(action, Withdraw):
+                moved = OwnershipMoved(action.key, owned_here=False)
+                self._engine_actions(self.engine.handle(moved, now_ms), now_ms, out)
+                txid = self.engine.txid_of(action.key)
+                if txid is not None:
+                    self._waiting[action.key] = (txid, now_ms)
+            else:
+                out.append(action)
+                if isinstance(action, (AppendOwnership, SendOwnership)):
+                    self._after_record(action.record.key, now_ms)
+
+    def _after_record(self, key: MessageKey, now_ms: int) -> None:
+        """A grant or claim was made here: keep `_waiting` in step with who owns the key."""
+        if self.ownership.owned_here(key):
+            self._forget(key)
+            return
+        txid = self.engine.txid_of(key)
+        if txid is not None and key not in self._waiting:
+            self._waiting[key] = (txid, now_ms)
+
+    def _forget(self, key: MessageKey) -> None:
+        if self._waiting.pop(key, None) is not None:
+            owner = self.ownership.owner_of(key)
+            if owner is not None:
+                self.latencies.of(owner[0]).forget(key)
+
+    def _requeue_refused(self) -> None:
+        """A request that went unanswered was refused (silence): its message goes to the
+        back of the waiting order, so the next requests try other messages first (an owner
+        that keeps one message for its own subscriber must not stall the rest)."""
+        requested = OwnershipState.REQUESTED
+        for key in [k for k in self._asked if self.ownership.state_of(k) is not requested]:
+            self._asked.discard(key)
+            waited = self._waiting.pop(key, None)
+            if waited is not None:
+                self._waiting[key] = waited
+
+    def _request_waiting(self, now_ms: int, out: list[ReplicaAction]) -> None:
+        """Rule 4: ask the owners for waiting messages that local subscribers could take."""
+        self._scan_deadline_ms = None
+        if not self._waiting:
+            return
+        engine = self.engine
+        ownership = self.ownership
+        room = engine.free_backlog()
+        if room <= 0:
+            return  # a step that frees backlog runs this again
+        requested = OwnershipState.REQUESTED
+        candidates = list(islice(self._waiting.items(), self.options.max_scan))
+        outstanding = sum(1 for key, _ in candidates if ownership.state_of(key) is requested)
+        room -= outstanding
+        deadline: int | None = None
+        for key, (txid, arrived_ms) in candidates:
+            if room <= 0:
+                break
+            state = ownership.state_of(key)
+            if state is requested or key not in self._waiting:
+                continue
+            owner = ownership.owner_of(key)
+            if owner is None or state is None or state is OwnershipState.REMOVED:
+                self._waiting.pop(key, None)  # left meanwhile
+                continue
+            ready_ms = arrived_ms + self.latencies.of(owner[0]).estimate_ms() + 1
+            if now_ms < ready_ms:
+                deadline = ready_ms if deadline is None else min(deadline, ready_ms)
+                continue
+            if not engine.has_taker(txid):
+                continue
+            self._ownership_actions(ownership.handle(TakerWaiting(key), now_ms), now_ms, out)
+            if ownership.state_of(key) is requested:
+                self._asked.add(key)
+            room -= 1
+        self._scan_deadline_ms = deadline

@@ -1,0 +1,71 @@
+"""The engine's ownership seam (R2): messages owned elsewhere are kept, never delivered or
+expired here, and move in and out with `OwnershipMoved`."""
+
+from __future__ import annotations
+
+from amps.queue import (
+    Acked,
+    MessagePublished,
+    OwnershipMoved,
+    QueueEngine,
+    QueuePolicy,
+    RecordRemoval,
+    Unsubscribed,
+)
+from tests.unit.queue.helpers import PUBLISHER, delivered, subscribed
+
+
+def elsewhere(txid: int, timestamp_ms: int = 0) -> MessagePublished:
+    return MessagePublished(txid, PUBLISHER, txid, timestamp_ms, elsewhere=True)
+
+
+def test_owned_elsewhere_is_kept_but_not_delivered_until_taken() -> None:
+    engine = QueueEngine(QueuePolicy(max_per_subscription_backlog=5))
+    engine.handle(subscribed("s", "c", 5), 0)
+    assert delivered(engine.handle(elsewhere(1), 0)) == []
+    assert not engine.owned_here(1)
+    assert engine.owned_elsewhere_count() == 1
+    assert engine.deliverable(10) == []
+    engine.handle(MessagePublished(2, PUBLISHER, 2, 0), 0)
+    assert engine.has_taker(1)
+    actions = engine.handle(OwnershipMoved((PUBLISHER, 1), owned_here=True), 1)
+    assert delivered(actions) == [("s", 1)]
+    engine.check_invariants()
+
+
+def test_only_the_owner_expires() -> None:
+    engine = QueueEngine(QueuePolicy(expiration_ms=10))
+    engine.handle(elsewhere(1), 0)
+    assert engine.on_deadline(100) == []
+    assert engine.txid_of((PUBLISHER, 1)) == 1
+    actions = engine.handle(OwnershipMoved((PUBLISHER, 1), owned_here=True), 100)
+    assert [type(a) for a in actions if isinstance(a, RecordRemoval)] == [RecordRemoval]
+    assert engine.txid_of((PUBLISHER, 1)) is None
+    engine.check_invariants()
+
+
+def test_given_up_while_leased_stays_for_its_owner_when_the_lease_ends() -> None:
+    engine = QueueEngine(QueuePolicy(max_deliveries=1))
+    engine.handle(subscribed("s", "c"), 0)
+    engine.handle(MessagePublished(1, PUBLISHER, 1, 0), 0)
+    engine.handle(OwnershipMoved((PUBLISHER, 1), owned_here=False), 1)
+    assert engine.held_here(1)  # still leased here
+    actions = engine.handle(Unsubscribed("s", "c"), 2)
+    assert actions == []  # no MaxDeliveries expiry: not the owner any more
+    assert engine.txid_of((PUBLISHER, 1)) == 1
+    engine.check_invariants()
+    engine.handle(Acked("c", [(PUBLISHER, 1)]), 3)  # an ack still removes it
+    assert engine.txid_of((PUBLISHER, 1)) is None
+    engine.check_invariants()
+
+
+def test_giving_up_an_inactive_message_activates_up_to_it() -> None:
+    engine = QueueEngine(QueuePolicy(target_queue_depth=1))
+    for txid in range(1, 5):
+        engine.handle(MessagePublished(txid, PUBLISHER, txid, 0), 0)
+    assert engine.statistics(0).inactive_count == 3
+    engine.handle(OwnershipMoved((PUBLISHER, 3), owned_here=False), 1)
+    stats = engine.statistics(1)
+    assert (stats.depth, stats.inactive_count) == (2, 1)  # A4: 1 and 2 active, 3 moved away
+    assert engine.owned_elsewhere_count() == 1
+    engine.check_invariants()

@@ -1,0 +1,251 @@
+"""The replicated-queue glue core: owner rules, transfers, removal by the owner, acks (R2-R6)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amps.queue import QueuePolicy, RemovalReason
+from replication.ownership import OwnershipState
+from tests.unit.replication.replica_cluster import LATENCY, ReplicaCluster
+
+
+def test_queue_owner_is_where_published_and_only_the_owner_delivers() -> None:
+    cluster = ReplicaCluster()
+    for name in cluster.nodes:
+        cluster.subscribe(name)
+    key = cluster.publish("b")
+    cluster.flush()
+    assert cluster.owners(key) == ["b"]
+    assert cluster.holders(key) == ["b"]  # R2, R3: the owner's subscriber has it
+    cluster.tick(1_000)
+    cluster.flush()
+    assert cluster.holders(key) == ["b"]  # leased on the owner: requests are refused
+    cluster.check()
+
+
+def test_group_local_queue_initial_owner_owns_wherever_published() -> None:
+    cluster = ReplicaCluster(kind="GroupLocalQueue", initial_owner="c")
+    cluster.subscribe("c")
+    key = cluster.publish("a")
+    cluster.flush()
+    assert cluster.owners(key) == ["c"]
+    assert cluster.holders(key) == ["c"]
+    cluster.check()
+
+
+def test_local_queue_every_instance_delivers_its_own_copy() -> None:
+    cluster = ReplicaCluster(kind="LocalQueue")
+    for name in cluster.nodes:
+        cluster.subscribe(name)
+    key = cluster.publish("a")
+    cluster.flush()
+    assert sorted(cluster.holders(key)) == ["a", "b", "c"]
+
+
+def test_consumer_only_on_a_non_owner_gets_the_message_by_transfer() -> None:
+    cluster = ReplicaCluster()
+    cluster.subscribe("c")
+    key = cluster.publish("a")
+    cluster.flush()
+    assert cluster.holders(key) == []
+    assert cluster.nodes["c"].replica.next_deadline_ms() is not None  # R4: ask later
+    cluster.tick(LATENCY.default_ms)  # not longer than the estimate yet
+    cluster.flush()
+    assert cluster.holders(key) == []
+    cluster.tick(1)
+    cluster.flush()
+    assert cluster.holders(key) == ["c"]
+    assert cluster.owners(key) == ["c"]
+    (grant,) = cluster.nodes["a"].logged  # the owner logged the grant (R5)
+    assert (grant.by, grant.owner, grant.epoch) == ("a", "c", 1)
+    assert cluster.nodes["b"].replica.state_of(key) is OwnershipState.OWNED_ELSEWHERE
+    stats = cluster.nodes["c"].replica.statistics()
+    assert (stats.requests_sent, stats.transferred_in, stats.owned) == (1, 1, 1)
+    assert cluster.nodes["a"].replica.statistics().requests_granted == 1
+    cluster.ack("c", key)
+    cluster.flush()
+    assert all(n.replica.engine.txid_of(key) is None for n in cluster.nodes.values())
+    cluster.check()
+
+
+def test_owner_refuses_while_its_own_subscriber_can_take_it() -> None:
+    cluster = ReplicaCluster()
+    cluster.subscribe("a", backlog=1)
+    cluster.subscribe("c")
+    first = cluster.publish("a")
+    second = cluster.publish("a")
+    cluster.flush()
+    assert cluster.holders(first) == ["a"]
+    cluster.tick(50)
+    cluster.flush()
+    assert cluster.holders(second) == ["c"]  # a's subscriber is full: transferred
+    cluster.ack("a", first)
+    third = cluster.publish("a")
+    cluster.flush()
+    assert cluster.holders(third) == ["a"]  # served locally first (R3)
+    cluster.check()
+
+
+def test_a_refused_request_does_not_stall_the_later_messages() -> None:
+    cluster = ReplicaCluster(policy=QueuePolicy())  # backlogs of 1
+    cluster.subscribe("a")
+    cluster.subscribe("c")
+    first = cluster.publish("a")
+    second = cluster.publish("a")
+    cluster.flush()
+    assert cluster.holders(first) == ["a"]
+    for _ in range(4):
+        cluster.tick(30)
+        cluster.flush()
+    assert cluster.holders(second) == ["c"]  # the refusal of `first` sent c to the next
+    cluster.check()
+
+
+def test_requests_are_bounded_by_the_backlog_room() -> None:
+    cluster = ReplicaCluster()
+    cluster.subscribe("b", backlog=2)
+    keys = [cluster.publish("a") for _ in range(6)]
+    cluster.flush()
+    cluster.tick(50)
+    cluster.flush()
+    assert [k for k in keys if cluster.holders(k) == ["b"]] == keys[:2]
+    assert cluster.nodes["b"].replica.statistics().requests_sent == 2
+    cluster.ack_all()
+    cluster.flush()
+    cluster.tick(50)
+    cluster.flush()
+    assert [k for k in keys if cluster.holders(k) == ["b"]] == keys[2:4]
+    cluster.check()
+
+
+def test_only_the_owner_expires_and_the_removal_replicates_once() -> None:
+    cluster = ReplicaCluster(policy=QueuePolicy(expiration_ms=100, max_per_subscription_backlog=10))
+    key = cluster.publish("a")
+    cluster.flush()
+    cluster.tick(200)
+    cluster.flush()
+    expired = [
+        (name, reason) for name, n in cluster.nodes.items() for k, reason in n.removals if k == key
+    ]
+    assert expired == [("a", RemovalReason.EXPIRED)]  # written once, by the owner
+    assert all(n.replica.engine.txid_of(key) is None for n in cluster.nodes.values())
+    cluster.check()
+
+
+def test_ack_on_any_instance_removes_everywhere_even_before_the_message() -> None:
+    cluster = ReplicaCluster()
+    key = (7, 1)
+    cluster._receive("c", "b", ("removed", key, RemovalReason.ACKED))  # ack overtakes publish
+    assert cluster.nodes["b"].replica.engine.statistics(1).deferred_ack_count == 1
+    assert cluster.publish("a") == key
+    cluster.flush()
+    assert all(n.replica.engine.txid_of(key) is None for n in cluster.nodes.values())
+    other = cluster.publish("a")
+    cluster.flush()
+    cluster.ack("c", other)  # a non-owner acks a message it never delivered
+    cluster.flush()
+    assert all(n.replica.engine.txid_of(other) is None for n in cluster.nodes.values())
+    cluster.check()
+
+
+def test_barrier_released_per_instance() -> None:
+    cluster = ReplicaCluster(policy=QueuePolicy(has_barrier=True, max_per_subscription_backlog=10))
+    for name in cluster.nodes:
+        cluster.subscribe(name)
+    first = cluster.publish("a")
+    barrier = cluster.publish("a", barrier=True)
+    cluster.flush()
+    assert all(barrier not in n.barriers for n in cluster.nodes.values())
+    cluster.ack("a", first)
+    cluster.flush()
+    assert all(n.barriers == [barrier] for n in cluster.nodes.values())  # R6
+    cluster.check()
+
+
+def test_transfer_request_beyond_the_window_activates_up_to_it() -> None:
+    cluster = ReplicaCluster(
+        ("a", "b"), policy=QueuePolicy(target_queue_depth=2, max_per_subscription_backlog=10)
+    )
+    keys = [cluster.publish("a") for _ in range(5)]
+    cluster.flush()
+    b = cluster.nodes["b"].replica
+    cluster.subscribe("b", backlog=1)
+    a = cluster.nodes["a"].replica
+    assert a.engine.statistics(cluster.now_ms).inactive_count == 3
+    cluster.now_ms += 50
+    # b asks for the fourth message directly (as if its own subscriber filtered the others).
+    cluster._run("a", a.transfer_requested(keys[3], "b", cluster.now_ms))
+    cluster.flush()
+    assert cluster.owners(keys[3]) == ["b"]
+    assert cluster.holders(keys[3]) == ["b"]
+    stats = a.engine.statistics(cluster.now_ms)
+    assert stats.inactive_count == 1  # A4: activated up to it, transferred it, stopped
+    assert b.statistics().transferred_in == 1
+    cluster.check()
+
+
+def test_proxied_claim_only_for_an_unreachable_owner() -> None:
+    cluster = ReplicaCluster()
+    cluster.subscribe("b")
+    key = cluster.publish("a")
+    cluster.flush()
+    b = cluster.nodes["b"]
+    b.replica.proxied_transfer_switched(True, cluster.now_ms)
+    cluster.tick(50)
+    cluster.wire.clear()  # the request is lost: a is down
+    assert cluster.holders(key) == []
+    cluster._run("b", b.replica.reachability_changed({"a"}, cluster.now_ms))
+    cluster.tick(100)
+    assert cluster.holders(key) == ["b"]
+    (claim,) = b.logged
+    assert (claim.by, claim.owner, claim.epoch) == ("b", "b", 1)
+    assert b.replica.statistics().proxied_claims == 1
+    cluster.check()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["pub", "sub", "ack", "tick", "flush"]), st.sampled_from("abc")),
+        max_size=60,
+    )
+)
+def test_never_leased_twice_and_everything_drains(steps: list[tuple[str, str]]) -> None:
+    """Without proxied transfer no message is leased on two instances at once, and once
+    everyone consumes, every message is acked everywhere (R2, R4, R5)."""
+    cluster = ReplicaCluster()
+    published = []
+    for op, at in steps:
+        if op == "pub":
+            published.append(cluster.publish(at))
+        elif op == "sub":
+            cluster.subscribe(at, sub_id=f"s{len(published)}", backlog=2)
+        elif op == "ack" and cluster.nodes[at].leases:
+            cluster.ack(at, next(iter(cluster.nodes[at].leases)))
+        elif op == "tick":
+            cluster.tick(7)
+        else:
+            cluster.flush()
+        cluster.check()
+        assert not cluster.double_leases
+    cluster.flush()
+    for name in cluster.nodes:
+        cluster.subscribe(name, sub_id="drain", backlog=3)
+    for _ in range(200):
+        cluster.ack_all()
+        cluster.flush()
+        cluster.tick(20)
+        cluster.flush()
+        if all(
+            n.replica.engine.txid_of(k) is None for k in published for n in cluster.nodes.values()
+        ):
+            break
+    assert not cluster.double_leases
+    left = [
+        k
+        for k in published
+        if any(n.replica.engine.txid_of(k) is not None for n in cluster.nodes.values())
+    ]
+    assert not left
+    cluster.check()
