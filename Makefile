@@ -60,10 +60,11 @@ test: $(VENV)/.installed-dev
 test-fast: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -m "not spark" tests
 
-# The seeded cluster simulation (tests/simulation/): SEEDS=n runs seeds 0..n-1, SEED=n one seed.
+# The seeded cluster simulation (tests/simulation/): SEEDS=n runs seeds 0..n-1, SEED=n replays one
+# seed with its transcript, PROXIED=1 runs with proxied transfer on one survivor.
 SEEDS ?= 1000
 sim: $(VENV)/.installed-dev
-	$(PY) -m tests.simulation.ownership_sim $(if $(SEED),--seed $(SEED) -v,--seeds $(SEEDS))
+	$(PY) -m tests.simulation.cluster_sim $(if $(SEED),--seed $(SEED) -v,--seeds $(SEEDS)) $(if $(PROXIED),--proxied,)
 
 lint: $(VENV)/.installed-dev proto-check
 	$(VENV)/bin/ruff check .

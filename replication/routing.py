@@ -1,9 +1,9 @@
 """Which records of this instance's log go to one destination (R1, R9). [core]
 
-Rule 1: publishes and queue acknowledgements (`sow_delete`, a QueueRecord ACK) replicate; an
-ack matches a destination's Topic by its queue's name and ignores the Topic's Filter.
-Deliveries, leases, expiries and the rest of a queue's records stay local; ownership records
-join with the replicated-queues issue.
+Rule 1: publishes, queue acknowledgements (`sow_delete`, a QueueRecord ACK) and ownership
+records (a TransferRecord: a grant or a proxied claim, R5, R7) replicate; an ack or an ownership
+record matches a destination's Topic by its queue's name and ignores the Topic's Filter.
+Deliveries, leases, expiries and the rest of a queue's records stay local.
 Rule 2: a record never goes back to its origin, and goes to a destination only when it
 originated here or its origin's group matches the destination's PassThrough. A record that
 reaches an instance twice (a triangle) is discarded there as a duplicate and never appended,
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from amps.config.topics import topic_matches
-from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record
+from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record, TransferRecord
 from replication.frames import Digest, TopicDigest
 
 if TYPE_CHECKING:
@@ -61,6 +61,10 @@ class Route:
                 and self._origin_allows(record)
                 and (not self._rules or bool(self._rules_for(record.queue)))
             )
+        if isinstance(record, TransferRecord):
+            return self._origin_allows(record) and (
+                not self._rules or bool(self._rules_for(record.queue))
+            )
         if not isinstance(record, PublishRecord):
             return False
         if not self._origin_allows(record):
@@ -72,7 +76,7 @@ class Route:
             return False
         return any(rule.filter is None or _matches(rule.filter, record) for rule in rules)
 
-    def _origin_allows(self, record: PublishRecord | QueueRecord) -> bool:
+    def _origin_allows(self, record: Record) -> bool:
         origin = record.origin_instance
         if origin == self.destination:
             return False

@@ -342,6 +342,31 @@ def test_queue_acks_replicate_by_bookmark_matched_by_queue_name_not_filter() -> 
     assert ack.deliveries == ()
 
 
+def test_ownership_records_replicate_by_queue_name_never_back_and_by_pass_through() -> None:
+    """R1, R5, R9: a grant or claim (TransferRecord) goes to a destination whose Topic names
+    its queue (the Filter is for messages), never back to its origin, and onwards only where
+    the destination's PassThrough allows its origin's group."""
+    from dataclasses import replace
+
+    from amps.config.model import ReplicationTopicConfig
+    from amps.log.bookmarks import Bookmark
+    from amps.log.records import TransferRecord
+
+    grant = TransferRecord(
+        5, 0, "work", Bookmark(7, 1), "a", "b", origin_instance="a", origin_group="a",
+        origin_txid=5, epoch=1,
+    )  # fmt: skip
+    work = (ReplicationTopicConfig("work", "json", "/never = 1"),)
+    orders = (ReplicationTopicConfig("orders", "json"),)
+    assert Route("a", destination("b")).wants(grant)
+    assert Route("a", replace(destination("z"), topics=work)).wants(grant)
+    assert not Route("a", replace(destination("z"), topics=orders)).wants(grant)
+    from_b = replace(grant, origin_instance="b", origin_group="b")
+    assert not Route("c", destination("b")).wants(from_b)
+    assert Route("c", destination("d")).wants(from_b)
+    assert not Route("c", destination("d", pass_through=None)).wants(from_b)
+
+
 def test_a_sync_destination_that_is_down_holds_only_what_it_takes() -> None:
     """L2: while an archive that takes only `orders` is down, records of other topics count as
     acknowledged (persisted acks for them are not held); the first `orders` record stops it."""
