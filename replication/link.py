@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -241,14 +241,13 @@ class Replicator:
                 except CorruptRecord as exc:  # never into the commit path
                     self._damaged(core, exc, None)
 
-    def sync_acked_txid(self, durable_txid: int) -> int:
-        """L2: the txid up to which every sync (not downgraded) destination holds the log."""
-        limit = durable_txid
+    def sync_acked_txids(self) -> Iterator[int]:
+        """L2: how far each sync (not downgraded) destination holds the log (see
+        amps.publishing.persisted_through)."""
         for peer, route in self.routes.items():
             core = self.cores[peer]
             if route.sync and not core.downgraded:
-                limit = min(limit, core.acked_through_txid)
-        return limit
+                yield core.acked_through_txid
 
     def set_downgraded(self, peer: str, downgraded: bool, reason: str) -> bool:
         """Downgrade (or upgrade) a sync destination; False when there is no such destination."""

@@ -347,23 +347,17 @@ class Journal:
             correlation_id, expiration_s,
         )  # fmt: skip
 
-    def append_replicated(
-        self, records: Iterable[PublishRecord]
-    ) -> tuple[list[PublishRecord], int]:
+    def append_replicated(self, records: Iterable[PublishRecord]) -> list[PublishRecord]:
         """Append a peer's publishes under local txids, origin kept, one call per batch: each
-        frame encoded straight from the fields, a publish already held skipped by the same
-        de-duplication as a local publish (L4). Returns (what was appended, how many skipped)."""
+        frame encoded straight from the fields. The caller decided they are new (L4:
+        amps.publishing.PublishingCore.admit_replicated). Returns what was appended."""
         self._check_writable()
         appended: list[PublishRecord] = []
         add = appended.append
         encode_publish, new_publish = codec.encode_publish, codec.new_publish
         marks = self.marks
-        duplicates = 0
         for r in records:
             publisher_id, seq = r.publisher_id, r.seq
-            if marks.is_duplicate(publisher_id, seq):
-                duplicates += 1
-                continue
             txid = self._next_txid
             timestamp_us = max(r.timestamp_us, self._last_timestamp_us)
             fields = (
@@ -373,7 +367,7 @@ class Journal:
             self._buffer_frame(encode_publish(*fields), txid, timestamp_us, publisher_id, seq)
             marks.advance(publisher_id, seq)
             add(new_publish(*fields))
-        return appended, duplicates
+        return appended
 
     def append(self, record: Record) -> Record:
         """Assign a txid to any record built with txid=0 and buffer it."""

@@ -4,20 +4,44 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from amps.errors import CorruptRecord, InvalidBookmark
 from amps.log.bookmarks import AtBookmark, AtTimestamp, BookmarkList, BookmarkSpec, Epoch, Now
 from amps.log.compressed import COMPRESSED_SUFFIX, CompressedSegment
+from amps.log.dedup import PublisherMarks
 from amps.log.reader import Segment
 from amps.log.storage import iter_keys
-
-if TYPE_CHECKING:
-    from amps.log.journal import Journal
 
 __all__ = ["find_start"]
 
 NOT_FOUND = "bookmark not found in the transaction log"
+
+
+class Journal(Protocol):
+    """What a look-up reads of amps.log.journal.Journal (which calls this module)."""
+
+    @property
+    def first_txid(self) -> int: ...
+
+    @property
+    def last_txid(self) -> int: ...
+
+    @property
+    def durable_txid(self) -> int: ...
+
+    @property
+    def marks(self) -> PublisherMarks: ...
+
+    @property
+    def retired_marks(self) -> PublisherMarks: ...
+
+    def segments(self) -> list[Segment]: ...
+
+    def segment_path(self, first_txid: int) -> Path: ...
+
+    def pending_keys(self) -> Iterator[tuple[int, int, int, int]]: ...
 
 
 def find_start(journal: Journal, spec: BookmarkSpec) -> int:

@@ -428,14 +428,15 @@ class Server:
         assert instance is not None
         journal = instance.journal
         stats = instance.statistics
+        publishing = instance.publishing.statistics()
         budget = instance.send_budget.statistics()
         lifecycle = instance.lifecycle.statistics
         return InstanceSnapshot(
             node=self.config.name,
             published_by_topic=dict(stats.published_by_topic),
             published_bytes_by_topic=dict(stats.published_bytes_by_topic),
-            persisted_acks=stats.persisted_acks,
-            duplicates=stats.duplicates,
+            persisted_acks=publishing.persisted_acks,
+            duplicates=publishing.duplicates,
             delivered=stats.delivered,
             rejected=stats.rejected,
             journal_bytes=journal.bytes_total,

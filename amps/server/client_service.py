@@ -14,8 +14,7 @@ from amps.log.bookmarks import parse_bookmark_spec
 from amps.server.convert import requested, success_ack
 from amps.server.instance import Instance, now_us
 from amps.server.replay import replay
-from amps.server.session import Session
-from amps.server.subscriptions import Subscription
+from amps.server.session import Session, Subscription
 from amps.server.topics import EntitledTopic, is_regex, topic_matcher
 from amps.v1 import client_pb2 as pb
 from amps.v1 import client_pb2_grpc
@@ -49,7 +48,7 @@ class ClientService(client_pb2_grpc.AmpsServicer):
         self, request_iterator: AsyncIterator[pb.ClientFrame], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         """Yields encoded ServerFrames (bytes); see add_to_server."""
-        session = Session(self.instance, context.peer())
+        session = Session(self.instance.send_budget, context.peer(), self.instance.disconnected)
         session.outbox.hops = self.instance.statistics.hops
         self.instance.sessions.add(session)
         reader = asyncio.create_task(self._read(session, request_iterator))
@@ -165,8 +164,7 @@ class ClientService(client_pb2_grpc.AmpsServicer):
         self._logged_on(session, command)
 
     def _logged_on(self, session: Session, command: pb.Command) -> None:
-        seq = self.instance.last_persisted_seq(session)
-        session.acked_seq = seq
+        seq = self.instance.publishing.acked_seq(session)
         session.send(
             success_ack(
                 cmd_id=command.cmd_id,

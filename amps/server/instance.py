@@ -12,25 +12,24 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
 from amps import __version__, errors
 from amps.expr import Message
-from amps.log.bookmarks import publisher_id_for, server_publisher_id_for
 from amps.log.journal import Journal
 from amps.log.records import PublishRecord, QueueRecord, Record
-from amps.names import name_problem
+from amps.publishing import PublishingCore, check_client_name, persisted_through
 from amps.server.convert import success_ack
 from amps.server.damage import DamageLog
-from amps.server.hops import HopStatistics
+from amps.server.host import InstanceStatistics, ReplicationHooks
 from amps.server.lifecycle import HoldRegistry, JournalLifecycle
 from amps.server.queue_manager import QueueManager
 from amps.server.record_cache import RecordCache
 from amps.server.send_budget import SendBudget
-from amps.server.subscriptions import Subscription, SubscriptionIndex
+from amps.server.session import Session, Subscription
+from amps.server.subscriptions import SubscriptionIndex
 from amps.server.topics import validate_topic_name
 from amps.server.transports import ClientTransports
 from amps.v1 import client_pb2 as pb
@@ -39,8 +38,6 @@ if TYPE_CHECKING:
     from amps.config import Config
     from amps.expr import Filter
     from amps.server.auth import Authenticator
-    from amps.server.session import Session
-    from replication.link import Replicator
 
 log = logging.getLogger("amps.instance")
 
@@ -48,19 +45,6 @@ log = logging.getLogger("amps.instance")
 # long after it was appended: it costs no commit round of its own, so under load it rides along
 # with the publishes' commits instead of putting an extra fsync in front of them.
 SOON_COMMIT_DELAY_S = 0.005
-
-
-@dataclass(slots=True)
-class InstanceStatistics:
-    """Counters read by metrics and the admin interface."""
-
-    published_by_topic: dict[str, int] = field(default_factory=dict)
-    published_bytes_by_topic: dict[str, int] = field(default_factory=dict)
-    persisted_acks: int = 0
-    duplicates: int = 0
-    delivered: int = 0
-    rejected: int = 0
-    hops: HopStatistics = field(default_factory=HopStatistics)
 
 
 class Instance:
@@ -76,15 +60,15 @@ class Instance:
         transport = config.grpc_transport
         self.max_message_size_bytes = transport.max_message_size_bytes if transport else 1 << 20
         self.subscriptions = SubscriptionIndex()
-        self.sessions_by_name: dict[str, Session] = {}
         self.sessions: set[Session] = set()
+        # Publishing's decisions (L2-L6): names, sequencing, de-duplication, persisted acks.
+        self.publishing: PublishingCore[Session] = PublishingCore(config.name, journal.marks)
         self.send_budget = SendBudget(
             config.message_memory_limit_bytes, config.client_max_capacity_percent
         )
         self.statistics = InstanceStatistics()
         self.dispatched_txid = journal.last_txid
         self._undispatched: list[PublishRecord] = []
-        self._ack_waiting: set[Session] = set()
         self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._commit_wanted = asyncio.Event()
         self._on_fatal = on_fatal
@@ -108,7 +92,7 @@ class Instance:
             self.holds.register(f"queue {name}", driver.oldest_needed_txid)
         self.lifecycle = JournalLifecycle(journal, self.holds, now_us)
         # The replication links (set by the server when replication is configured).
-        self.replicator: Replicator | None = None
+        self.replicator: ReplicationHooks | None = None
         # Logon checks and name bindings (set by the server when a UsersFile is configured).
         self.authenticator: Authenticator | None = None
         # Client transports an administrator may keep closed (InitialState, amps admin transport).
@@ -155,46 +139,33 @@ class Instance:
             session.kick(errors.TransportDisabled(name))
             session.end_soon()
 
-    def check_client_name(self, client_name: str) -> None:
+    @staticmethod
+    def check_client_name(client_name: str) -> None:
         """A client name a logon may use, or InvalidOptions."""
-        if not client_name:
-            raise errors.InvalidOptions("no client name")
-        if (problem := name_problem(client_name, spaces=True)) is not None:
-            raise errors.InvalidOptions(f"client name: expected {problem}")
+        check_client_name(client_name)
 
     def logon(self, session: Session, client_name: str, user_id: str) -> None:
         """L6: one connection per client name; same user replaces, another user is refused.
         With authentication, a name belongs to the first user that used it (S3)."""
-        self.check_client_name(client_name)
+        check_client_name(client_name)
         authenticator = self.authenticator
         if authenticator is not None and not authenticator.bindings.claim(client_name, user_id):
             raise errors.NameInUse(f"client name {client_name!r} belongs to another user")
-        current = self.sessions_by_name.get(client_name)
-        if current is not None and current is not session:
-            if current.user_id != user_id:
-                raise errors.NameInUse(f"client name {client_name!r} is in use by another user")
+        replaced = self.publishing.logon(session, client_name, user_id)
+        if replaced is not None:
             log.warning(
                 "client %r replaced by a new connection from %s (name in use)",
                 client_name,
                 session.peer,
             )
-            current.kick(errors.NameInUse(f"client name {client_name!r} logged on elsewhere"))
-            self._forget_name(current)
+            replaced.kick(errors.NameInUse(f"client name {client_name!r} logged on elsewhere"))
         session.client_name = client_name
         session.outbox.name = f"{client_name!r} ({session.peer})"
         session.user_id = user_id
-        session.publisher_id = publisher_id_for(client_name)
+        session.publisher_id = self.publishing.logged_on(session, client_name)
         session.logged_on = True
         self._next_client_number += 1
         session.client_id = f"{client_name}#{self._next_client_number}"
-        self.sessions_by_name[client_name] = session
-
-    def last_persisted_seq(self, session: Session) -> int:
-        return self.journal.marks.high_water(session.publisher_id)
-
-    def _forget_name(self, session: Session) -> None:
-        if self.sessions_by_name.get(session.client_name) is session:
-            del self.sessions_by_name[session.client_name]
 
     def disconnected(self, session: Session) -> None:
         """The connection ended (or was cut): leases return, subscriptions end; once only."""
@@ -202,8 +173,7 @@ class Instance:
             return
         session.gone = True
         self.sessions.discard(session)
-        self._forget_name(session)
-        self._ack_waiting.discard(session)
+        self.publishing.disconnected(session)
         session.outbox.release()
         session.cancel_tasks()
         for subscription in list(session.subscriptions.values()):
@@ -236,19 +206,12 @@ class Instance:
         if not self.records_topic(topic):
             self._publish_unrecorded(session, topic, data, own_seq, now_us, publish)
             return own_seq
-        journal = self.journal
-        marks = journal.marks
-        if own_seq:
-            publisher_id, seq = session.publisher_id, own_seq
-        else:
-            # L5: an identity of its own, so it never clashes with the client's own numbering.
-            publisher_id = server_publisher_id_for(session.client_name, self.name)
-            seq = marks.high_water(publisher_id) + 1
-        if marks.is_duplicate(publisher_id, seq):
-            self.statistics.duplicates += 1
+        sequenced = self.publishing.sequence(session.publisher_id, own_seq, session.client_name)
+        if sequenced is None:
             return own_seq  # L4: discarded, still acknowledged as persisted
+        publisher_id, seq = sequenced
         self._undispatched.append(
-            journal.append_client_publish(
+            self.journal.append_client_publish(
                 topic, data, publisher_id, seq, now_us, publish.correlation_id, publish.expiration_s
             )
         )
@@ -273,10 +236,10 @@ class Instance:
         self._commit_wanted.set()
 
     def _append_replicated_publishes(self, run: list[PublishRecord]) -> None:
-        if not run:
+        fresh = self.publishing.admit_replicated(run)
+        if not fresh:
             return
-        appended, duplicates = self.journal.append_replicated(run)
-        self.statistics.duplicates += duplicates
+        appended = self.journal.append_replicated(fresh)
         self._undispatched.extend(appended)
         count = self._count_publish
         for record in appended:
@@ -284,8 +247,7 @@ class Instance:
 
     def release_persisted_acks(self) -> None:
         """A sync destination acknowledged more (or was downgraded): ack what it allows."""
-        if self._ack_waiting:
-            self._send_persisted_acks(self.dispatched_txid)
+        self._send_persisted_acks(self.dispatched_txid)
 
     def records_topic(self, topic: str) -> bool:
         """Whether the transaction log records this topic (its `Topic` entries)."""
@@ -331,8 +293,7 @@ class Instance:
 
     def publish_internal(self, topic: str, data: bytes) -> None:
         """A publish made by the instance itself (dead letters), under its own publisher id."""
-        publisher_id = server_publisher_id_for("", self.name)
-        seq = self.journal.marks.high_water(publisher_id) + 1
+        publisher_id, seq = self.publishing.internal_sequence()
         record = self.journal.append_publish(
             topic=topic, data=data, publisher_id=publisher_id, seq=seq, timestamp_us=now_us()
         )
@@ -375,8 +336,7 @@ class Instance:
 
     def expect_persisted_ack(self, session: Session, seq: int) -> None:
         """After a frame: ack `seq` once everything appended so far is durable."""
-        session.pending_acks.append((self.journal.last_txid, seq))
-        self._ack_waiting.add(session)
+        self.publishing.expect_ack(session, self.journal.last_txid, seq)
         self._commit_wanted.set()
 
     async def wait_durable(self) -> None:
@@ -451,20 +411,9 @@ class Instance:
     def _send_persisted_acks(self, durable_txid: int) -> None:
         if self.replicator is not None:
             # L2: and every sync destination has made it durable too.
-            durable_txid = self.replicator.sync_acked_txid(durable_txid)
-        done = []
-        for session in self._ack_waiting:
-            seq = 0
-            pending = session.pending_acks
-            while pending and pending[0][0] <= durable_txid:
-                seq = max(seq, pending.popleft()[1])
-            if seq > session.acked_seq:
-                session.acked_seq = seq
-                session.send(success_ack(cmd_id="", ack_type="persisted", seq=seq))
-                self.statistics.persisted_acks += 1
-            if not pending:
-                done.append(session)
-        self._ack_waiting.difference_update(done)
+            durable_txid = persisted_through(durable_txid, self.replicator.sync_acked_txids())
+        for session, seq in self.publishing.release(durable_txid):
+            session.send(success_ack(cmd_id="", ack_type="persisted", seq=seq))
 
     # -- filters and queues -----------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from amps.server.queues import QueueDriver
 from amps.v1 import client_pb2 as pb
 
 if TYPE_CHECKING:
-    from amps.server.instance import Instance
+    from amps.server.host import QueueHost
     from amps.server.session import Session
 
 log = logging.getLogger("amps.queues")
@@ -39,7 +39,7 @@ SOW_DEFAULT_LIMIT = 100_000
 class QueueManager:
     """Owns one QueueDriver per configured queue."""
 
-    def __init__(self, instance: Instance, queues: tuple[QueueConfig, ...]) -> None:
+    def __init__(self, instance: QueueHost, queues: tuple[QueueConfig, ...]) -> None:
         self.instance = instance
         self.drivers: dict[str, QueueDriver] = {q.name: QueueDriver(q, instance) for q in queues}
         self._routes: dict[str, list[QueueDriver]] = {}

@@ -48,7 +48,7 @@ from amps.server.file_columns import FileColumnFactory
 from amps.server.wire import QueueDeliveryEncoder
 
 if TYPE_CHECKING:
-    from amps.server.instance import Instance
+    from amps.server.host import QueueHost
     from amps.server.session import Session
 
 log = logging.getLogger("amps.queues")
@@ -181,7 +181,7 @@ def ack_option(options: str) -> AckOption:
 class QueueDriver:
     """Runs one queue's engine: the one loop of STYLE.md §4.2, without a task of its own."""
 
-    def __init__(self, config: QueueConfig, instance: Instance) -> None:
+    def __init__(self, config: QueueConfig, instance: QueueHost) -> None:
         self.config = config
         self.name = config.name
         self.instance = instance

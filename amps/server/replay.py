@@ -21,7 +21,7 @@ from amps.server.wire import DeliveryEncoder
 
 if TYPE_CHECKING:
     from amps.server.instance import Instance
-    from amps.server.subscriptions import Subscription
+    from amps.server.session import Subscription
 
 log = logging.getLogger("amps.replay")
 

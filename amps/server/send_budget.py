@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    from amps.server.outbox import Outbox
+from typing import Literal, Protocol
 
 GIB = 1 << 30
 # What one queued item costs beyond its bytes: the bytes object's header and the list slot.
@@ -47,6 +44,14 @@ class SendBudgetStatistics:
     instance_disconnects: int
 
 
+class Charged(Protocol):
+    """An account the budget charges (amps.server.outbox.Outbox, without importing it)."""
+
+    queued_bytes: int
+
+    def disconnect_slow_consumer(self, limit: Limit) -> None: ...
+
+
 class SendBudget:
     """The instance-wide account of queued bytes; every Outbox charges and refunds it."""
 
@@ -64,15 +69,15 @@ class SendBudget:
         self.max_client_bytes = max(1, max_bytes * client_max_capacity_percent // 100)
         self.queued_bytes = 0
         self.disconnects: dict[Limit, int] = {"client": 0, "instance": 0}
-        self._outboxes: set[Outbox] = set()
+        self._outboxes: set[Charged] = set()
 
-    def register(self, outbox: Outbox) -> None:
+    def register(self, outbox: Charged) -> None:
         self._outboxes.add(outbox)
 
-    def unregister(self, outbox: Outbox) -> None:
+    def unregister(self, outbox: Charged) -> None:
         self._outboxes.discard(outbox)
 
-    def largest(self) -> Outbox | None:
+    def largest(self) -> Charged | None:
         """The outbox holding the most bytes (the one an instance-wide overrun cuts)."""
         return max(self._outboxes, key=lambda o: o.queued_bytes, default=None)
 

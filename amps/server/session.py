@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -12,22 +12,40 @@ import grpc
 from amps import errors
 from amps.server.convert import failure_ack, grpc_status_for, requested, success_ack
 from amps.server.outbox import Outbox
+from amps.server.send_budget import SendBudget
 from amps.server.wire import message_entry
 from amps.v1 import client_pb2 as pb
 
 if TYPE_CHECKING:
+    from amps.expr import Filter
     from amps.security.users import Entitlements
-    from amps.server.instance import Instance
-    from amps.server.subscriptions import Subscription
+    from amps.server.topics import TopicMatcher
+
+
+@dataclass(eq=False, slots=True)
+class Subscription:
+    """One pub/sub (or bookmark replay) subscription of a session."""
+
+    session: Session
+    sub_id: str
+    topic: TopicMatcher
+    filter: Filter | None
+    # A replaying subscription receives nothing live until its cursor has caught up (L7).
+    live: bool = True
+    delivered: int = 0
+    cancel_replay: Callable[[], object] | None = field(default=None, repr=False)
 
 
 class Session:
-    """Per-connection state; commands are decoded here and carried out by the Instance."""
+    """Per-connection state; commands are decoded here and carried out by the Instance.
+    `on_end` runs once the connection was cut (the instance's `disconnected`)."""
 
-    def __init__(self, instance: Instance, peer: str) -> None:
-        self.instance = instance
+    def __init__(
+        self, send_budget: SendBudget, peer: str, on_end: Callable[[Session], None]
+    ) -> None:
         self.peer = peer
-        self.outbox = Outbox(instance.send_budget, peer)
+        self._on_end = on_end
+        self.outbox = Outbox(send_budget, peer)
         self.client_name = ""
         self.user_id = ""
         # What the authenticated user may do; None when the instance has no authentication.
@@ -40,10 +58,6 @@ class Session:
         self.queue_subscriptions: dict[str, str] = {}
         # Unique per connection: leases belong to a connection, not to a client name (Q6).
         self.client_id = ""
-        # (txid appended last, highest own seq) per processed frame, oldest first: a persisted ack
-        # for seq is sent once txid is durable (conflated, L3).
-        self.pending_acks: deque[tuple[int, int]] = deque()
-        self.acked_seq = 0
         self.heartbeat_task: asyncio.Task[None] | None = None
         self.last_receive_monotonic = 0.0
         self._next_sub_id = 0
@@ -101,7 +115,7 @@ class Session:
 
     def end_soon(self) -> None:
         """End the session's leases and subscriptions on the next loop turn (it was cut)."""
-        asyncio.get_running_loop().call_soon(self.instance.disconnected, self)
+        asyncio.get_running_loop().call_soon(self._on_end, self)
 
     def kick(self, error: errors.AmpsError) -> None:
         """Disconnect this session with a status a client can read."""

@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from amps.server.topics import TopicMatcher
-
 if TYPE_CHECKING:
-    from amps.expr import Filter
-    from amps.server.session import Session
+    from amps.server.session import Subscription
 
 # The cache of topic -> subscriptions is dropped whenever subscriptions change; bounded so that a
 # stream of distinct topics cannot grow it without limit.
 MAX_CACHED_TOPICS = 100_000
-
-
-@dataclass(eq=False, slots=True)
-class Subscription:
-    """One pub/sub (or bookmark replay) subscription of a session."""
-
-    session: Session
-    sub_id: str
-    topic: TopicMatcher
-    filter: Filter | None
-    # A replaying subscription receives nothing live until its cursor has caught up (L7).
-    live: bool = True
-    delivered: int = 0
-    cancel_replay: Callable[[], object] | None = field(default=None, repr=False)
 
 
 class SubscriptionIndex:

@@ -20,6 +20,7 @@ CORE_MODULES = [
     "amps/log/retention.py",
     "amps/client/policy.py",
     "amps/batching.py",
+    "amps/publishing.py",
     "replication/frames.py",
     "replication/latency.py",
     "replication/link_core.py",

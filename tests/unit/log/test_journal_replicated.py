@@ -10,6 +10,7 @@ from amps.log.bookmarks import Bookmark
 from amps.log.codec import encode
 from amps.log.journal import Journal
 from amps.log.records import PublishRecord, QueueAction, QueueRecord
+from amps.publishing import PublishingCore
 from amps.v1 import replication_pb2 as pb
 from replication.convert import from_pb, to_pb
 from replication.frames import Batch
@@ -50,9 +51,9 @@ async def test_a_batch_appends_like_one_publish_at_a_time(tmp_path: Path) -> Non
     ]
     await one_by_one.commit()
     bulk = _open(tmp_path / "bulk")
-    appended, duplicates = bulk.append_replicated(batch)
+    appended = bulk.append_replicated(batch)
     await bulk.commit()
-    assert (appended, duplicates) == (expected, 0)
+    assert appended == expected
     assert bulk.read(1, 100) == one_by_one.read(1, 100) == expected  # the bytes on disk agree
     await one_by_one.close()
     await bulk.close()
@@ -60,16 +61,21 @@ async def test_a_batch_appends_like_one_publish_at_a_time(tmp_path: Path) -> Non
 
 async def test_a_resent_publish_is_skipped_within_and_across_batches(tmp_path: Path) -> None:
     journal = _open(tmp_path)
-    first, skipped = journal.append_replicated([_peer_publish(1, 7, 1), _peer_publish(2, 7, 2)])
-    assert skipped == 0
+    publishing: PublishingCore[str] = PublishingCore("b", journal.marks)
+
+    def apply(batch: list[PublishRecord]) -> list[PublishRecord]:
+        return journal.append_replicated(publishing.admit_replicated(batch))
+
+    first = apply([_peer_publish(1, 7, 1), _peer_publish(2, 7, 2)])
     assert [r.txid for r in first] == [1, 2]
     # A resend after a broken link: seq 2 again, and seq 3 twice in one batch (L4).
-    again, skipped = journal.append_replicated(
-        [_peer_publish(2, 7, 2), _peer_publish(3, 7, 3), _peer_publish(3, 7, 3)]
-    )
-    assert skipped == 2
+    again = apply([_peer_publish(2, 7, 2), _peer_publish(3, 7, 3), _peer_publish(3, 7, 3)])
+    assert publishing.statistics().duplicates == 2
     assert [(r.txid, r.seq) for r in again] == [(3, 3)]
     assert journal.marks.high_water(7) == 3
+    # A local publish of the same publisher meets the same marks (one de-duplication, L4).
+    assert publishing.sequence(7, 3, "client") is None
+    assert publishing.sequence(7, 4, "client") == (7, 4)
     await journal.close()
 
 
@@ -80,7 +86,7 @@ async def test_kept_frames_are_the_appended_bytes_and_bounded(tmp_path: Path) ->
         journal.append_publish(topic="t", data=b"x" * 500, publisher_id=9, seq=s, timestamp_us=s)
         for s in range(1, 21)
     ]
-    replicated, _ = journal.append_replicated([_peer_publish(100, 7, 1)])
+    replicated = journal.append_replicated([_peer_publish(100, 7, 1)])
     queue = journal.append(QueueRecord(0, 0, "q", QueueAction.ACK, txids=(local[-1].txid,)))
     await journal.commit()
     kept = journal.frames

@@ -180,7 +180,7 @@ def _handle(running: Running, frame: pb.ClientFrame) -> list[pb.ServerMessage]:
     """Feed one frame to a fresh connection; the messages it is sent before it goes away."""
 
     async def connection() -> list[pb.ServerMessage]:
-        session = Session(running.instance, "fuzz")
+        session = Session(running.instance.send_budget, "fuzz", running.instance.disconnected)
         running.instance.sessions.add(session)
         try:
             running.service._on_frame(session, frame)

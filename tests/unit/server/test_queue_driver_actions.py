@@ -21,7 +21,7 @@ from amps.queue import (
     RemovalReason,
 )
 from amps.queue.policy import Semantics
-from amps.server.instance import InstanceStatistics
+from amps.server.host import InstanceStatistics
 from amps.server.queues import QueueDriver
 from amps.server.wire import delivery_entry
 

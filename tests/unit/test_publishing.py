@@ -1,0 +1,258 @@
+"""The publishing core (amps/publishing.py): client names, sequencing, de-duplication and
+persisted acks, shared by local and replicated publishes (issue 8, L2-L6)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from amps import errors
+from amps.log.bookmarks import publisher_id_for, server_publisher_id_for
+from amps.log.dedup import PublisherMarks
+from amps.log.records import PublishRecord
+from amps.publishing import PublishingCore, persisted_through
+
+
+def _core(marks: PublisherMarks | None = None) -> PublishingCore[str]:
+    return PublishingCore("amps-1", marks if marks is not None else PublisherMarks())
+
+
+def _replicated(publisher_id: int, seq: int) -> PublishRecord:
+    return PublishRecord(seq, 1, "orders", b"{}", publisher_id, seq, "amps-2", "g", seq, "", 0)
+
+
+# -- L6: client names ---------------------------------------------------------------------------
+
+
+def test_a_logon_with_a_free_name_replaces_nothing() -> None:
+    core = _core()
+    assert core.logon("c1", "pub", "alice") is None
+    assert core.holder("pub") == "c1"
+
+
+def test_the_same_user_replaces_the_connection_holding_the_name() -> None:
+    """L6: the first connection is disconnected by the adapter ("name in use")."""
+    core = _core()
+    core.logon("c1", "pub", "alice")
+    assert core.logon("c2", "pub", "alice") == "c1"
+    assert core.holder("pub") == "c2"
+    core.disconnected("c1")  # the replaced connection ending later frees nothing
+    assert core.holder("pub") == "c2"
+    core.check_invariants()
+
+
+def test_another_user_is_refused_and_nothing_changes() -> None:
+    """L6: with a different user the new connection is refused."""
+    core = _core()
+    core.logon("c1", "pub", "alice")
+    with pytest.raises(errors.NameInUse, match="another user"):
+        core.logon("c2", "pub", "bob")
+    assert core.holder("pub") == "c1"
+    core.check_invariants()
+
+
+def test_a_second_logon_under_another_name_frees_the_first_name() -> None:
+    core = _core()
+    core.logon("c1", "pub", "alice")
+    core.logon("c1", "pub2", "alice")
+    assert core.holder("pub") is None
+    assert core.holder("pub2") == "c1"
+    core.disconnected("c1")
+    assert core.holder("pub2") is None
+    core.check_invariants()
+
+
+@pytest.mark.parametrize("name", ["", "a\nb", "x" * 10_000])
+def test_a_bad_client_name_is_refused_before_anything_changes(name: str) -> None:
+    core = _core()
+    with pytest.raises(errors.InvalidOptions, match="client name"):
+        core.logon("c1", name, "alice")
+    assert core.statistics().client_names == 0
+
+
+def test_a_logon_reports_the_last_seq_the_log_holds_from_that_client() -> None:
+    marks = PublisherMarks([(publisher_id_for("pub"), 41)])
+    core = _core(marks)
+    core.logon("c1", "pub", "alice")
+    assert core.logged_on("c1", "pub") == publisher_id_for("pub")
+    assert core.acked_seq("c1") == 41
+
+
+# -- L4, L5: sequencing and de-duplication ------------------------------------------------------
+
+
+def test_a_seq_at_or_below_the_high_water_mark_is_a_duplicate() -> None:
+    """L4: discarded (None), counted; the mark does not move back."""
+    core = _core()
+    assert core.sequence(7, 1, "pub") == (7, 1)
+    assert core.sequence(7, 3, "pub") == (7, 3)
+    assert core.sequence(7, 3, "pub") is None
+    assert core.sequence(7, 2, "pub") is None
+    assert core.marks.high_water(7) == 3
+    assert core.statistics().duplicates == 2
+
+
+def test_a_publish_without_seq_is_numbered_under_an_identity_of_its_own() -> None:
+    """L5: after the highest number seen, never under the client's own publisher id."""
+    core = _core()
+    own = server_publisher_id_for("pub", "amps-1")
+    assert core.sequence(publisher_id_for("pub"), 0, "pub") == (own, 1)
+    assert core.sequence(publisher_id_for("pub"), 0, "pub") == (own, 2)
+    assert core.sequence(publisher_id_for("pub"), 5, "pub") == (publisher_id_for("pub"), 5)
+    assert core.statistics().duplicates == 0
+
+
+def test_replicated_and_local_publishes_share_one_de_duplication() -> None:
+    """L4: a client that fails over and republishes what replication brought adds nothing."""
+    core = _core()
+    kept = core.admit_replicated([_replicated(7, 1), _replicated(7, 2), _replicated(7, 2)])
+    assert [r.seq for r in kept] == [1, 2]
+    assert core.sequence(7, 2, "pub") is None  # the republish after failover
+    assert core.sequence(7, 3, "pub") == (7, 3)
+    assert core.admit_replicated([_replicated(7, 3), _replicated(8, 1)]) == [_replicated(8, 1)]
+    assert core.statistics().duplicates == 3
+
+
+def test_internal_publishes_number_on() -> None:
+    core = _core()
+    first = core.internal_sequence()
+    assert core.internal_sequence() == (first[0], first[1] + 1)
+
+
+# -- L2, L3: persisted acks ---------------------------------------------------------------------
+
+
+def test_acks_are_conflated_and_wait_for_durability() -> None:
+    """L3: one ack per connection for the highest seq of every durable frame."""
+    core = _core()
+    core.expect_ack("c1", 2, 5)
+    core.expect_ack("c1", 4, 7)
+    core.expect_ack("c2", 3, 1)
+    assert core.release(1) == []
+    assert sorted(core.release(3)) == [("c1", 5), ("c2", 1)]
+    assert core.release(10) == [("c1", 7)]
+    assert core.release(10) == []
+    assert core.statistics().persisted_acks == 3
+    core.check_invariants()
+
+
+def test_an_ack_never_goes_below_what_the_connection_was_told() -> None:
+    """A republished (duplicate) frame acks nothing older than the logon ack said."""
+    core = _core(PublisherMarks([(publisher_id_for("pub"), 9)]))
+    core.logon("c1", "pub", "alice")
+    core.logged_on("c1", "pub")
+    core.expect_ack("c1", 0, 8)
+    assert core.release(0) == []
+    core.expect_ack("c1", 1, 10)
+    assert core.release(1) == [("c1", 10)]
+
+
+def test_a_sync_destination_holds_acks_until_it_has_the_log() -> None:
+    """L2: durable here is not enough while a sync destination lags."""
+    core = _core()
+    core.expect_ack("c1", 5, 5)
+    assert core.release(persisted_through(5, [3])) == []
+    assert core.release(persisted_through(5, [3, 9])) == []
+    assert core.release(persisted_through(5, [9, 5])) == [("c1", 5)]
+    assert persisted_through(5, []) == 5  # no sync destination (or all downgraded)
+
+
+def test_a_disconnected_connection_is_owed_nothing() -> None:
+    core = _core()
+    core.logon("c1", "pub", "alice")
+    core.expect_ack("c1", 1, 1)
+    core.disconnected("c1")
+    assert core.release(1) == []
+    assert core.statistics().connections_owed_acks == 0
+    core.check_invariants()
+
+
+# -- Hypothesis: the core against a plain model -------------------------------------------------
+
+CONNECTIONS = ("c1", "c2", "c3")
+PUBLISHERS = (1, 2)
+
+
+class PublishingMachine(RuleBasedStateMachine):
+    """Random publishes (local and replicated, with resends), commits, sync acks and
+    disconnects; a model that keeps every frame checks each ack and each duplicate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.core: PublishingCore[str] = _core()
+        self.txid = 0  # the log's last txid
+        self.durable = 0
+        self.sync_acked = 0
+        self.appended: dict[int, list[int]] = {p: [] for p in PUBLISHERS}
+        self.frames: dict[str, list[tuple[int, int]]] = {c: [] for c in CONNECTIONS}
+        self.acked: dict[str, int] = dict.fromkeys(CONNECTIONS, 0)
+
+    def _publish(self, publisher_id: int, seq: int) -> None:
+        high = max(self.appended[publisher_id], default=0)
+        sequenced = self.core.sequence(publisher_id, seq, "pub")
+        assert (sequenced is None) == (seq <= high)  # L4
+        if sequenced is not None:
+            self.appended[publisher_id].append(seq)
+            self.txid += 1
+
+    @rule(
+        connection=st.sampled_from(CONNECTIONS),
+        publisher_id=st.sampled_from(PUBLISHERS),
+        seqs=st.lists(st.integers(1, 30), min_size=1, max_size=4),
+    )
+    def frame(self, connection: str, publisher_id: int, seqs: list[int]) -> None:
+        for seq in seqs:
+            self._publish(publisher_id, seq)
+        self.core.expect_ack(connection, self.txid, max(seqs))
+        self.frames[connection].append((self.txid, max(seqs)))
+
+    @rule(publisher_id=st.sampled_from(PUBLISHERS), seqs=st.lists(st.integers(1, 30), max_size=5))
+    def replicated_batch(self, publisher_id: int, seqs: list[int]) -> None:
+        batch = [_replicated(publisher_id, s) for s in seqs]
+        before = list(self.appended[publisher_id])
+        kept = self.core.admit_replicated(batch)
+        expected, high = [], max(before, default=0)
+        for seq in seqs:
+            if seq > high:
+                expected.append(seq)
+                high = seq
+        assert [r.seq for r in kept] == expected
+        self.appended[publisher_id].extend(expected)
+        self.txid += len(kept)
+
+    @rule()
+    def commit(self) -> None:
+        self.durable = self.txid
+        self._release()
+
+    @precondition(lambda self: self.sync_acked < self.txid)
+    @rule(data=st.data())
+    def sync_destination_acks(self, data: st.DataObject) -> None:
+        self.sync_acked = data.draw(st.integers(self.sync_acked + 1, self.txid))
+        self._release()
+
+    @rule(connection=st.sampled_from(CONNECTIONS))
+    def disconnect(self, connection: str) -> None:
+        self.core.disconnected(connection)
+        self.frames[connection] = []
+        self.acked[connection] = 0
+
+    def _release(self) -> None:
+        through = persisted_through(self.durable, [self.sync_acked])
+        due = dict(self.core.release(through))
+        for connection, frames in self.frames.items():
+            done = [seq for txid, seq in frames if txid <= through]
+            self.frames[connection] = [(t, s) for t, s in frames if t > through]
+            best = max(done, default=0)
+            if best > self.acked[connection]:
+                assert due.pop(connection) == best  # L3: one ack, for the highest seq
+                self.acked[connection] = best
+            assert connection not in due, "an ack that goes backwards or repeats"
+
+    @invariant()
+    def invariants(self) -> None:
+        self.core.check_invariants()
+
+
+TestPublishingMachine = PublishingMachine.TestCase
