@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from amps.config import Config
 from amps.expr import Message
 from amps.log.journal import Journal
 from amps.log.records import PublishRecord, Record
@@ -30,6 +31,7 @@ class InstanceStatistics:
 class QueueHost(Protocol):
     """The instance, as the queue manager and its drivers use it."""
 
+    config: Config
     journal: Journal
     records: RecordCache
     statistics: InstanceStatistics
