@@ -34,6 +34,7 @@ RUN (getent group amps || groupadd --system --gid 10001 amps) \
  && chown amps:amps /var/lib/amps
 COPY --from=build /opt/amps /opt/amps
 COPY deploy/image-config.xml /etc/amps/config.xml
+COPY deploy/docker-entrypoint.sh /usr/local/bin/amps-entrypoint
 ENV PATH=/opt/amps/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONUNBUFFERED=1 \
     AMPS_BIND=0.0.0.0 \
@@ -42,10 +43,12 @@ USER amps
 WORKDIR /var/lib/amps
 VOLUME ["/var/lib/amps"]
 EXPOSE 9007 8085
-# The admin HTTP port answers once the instance is ready (journal recovered, ports listening).
+# The admin HTTP port answers once the instance is ready (journal recovered, ports listening);
+# /health needs no credentials (statistics do when authentication is on).
 HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["python3", "-c", "import os,sys,urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('AMPS_ADMIN_PORT', '8085') + '/amps/instance', timeout=2).status == 200 else 1)"]
-# The server is PID 1 and handles SIGTERM itself (a clean stop: checkpoint, fsync, exit 0).
+    CMD ["python3", "-c", "import os,sys,urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('AMPS_ADMIN_PORT', '8085') + '/health', timeout=2).status == 200 else 1)"]
+# The server is PID 1 (the entrypoint execs it) and handles SIGTERM itself (a clean stop:
+# checkpoint, fsync, exit 0). The entrypoint makes the users file at the first start.
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["amps", "server"]
+ENTRYPOINT ["amps-entrypoint"]
 CMD ["--config", "/etc/amps/config.xml"]

@@ -10,6 +10,7 @@ import defusedxml.ElementTree
 
 from amps.config.actions import check_actions_against_queues, parse_actions
 from amps.config.default import DEFAULT_CONFIG_XML
+from amps.config.exposure import exposures
 from amps.config.model import (
     ActionConfig,
     AdminConfig,
@@ -90,6 +91,9 @@ def load_config(
     root = _parse_xml(text)
     reader = Reader(env if env is not None else {}, check_expression)
     config = _read_root(reader, root)
+    if config is not None:
+        for exposure in exposures(config):  # default-deny outside loopback (S1)
+            reader.error(exposure.path, exposure.value, exposure.expected)
     if reader.errors or config is None:
         raise ConfigErrors(reader.errors or [ConfigError(ROOT, None, "a valid configuration")])
     return config

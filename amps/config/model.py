@@ -76,6 +76,12 @@ class TransportConfig:
     # `InitialState`: a client transport that starts disabled refuses logons until an
     # administrator enables it (seed 004's runbook: recover an instance without client access).
     initially_enabled: bool = True
+    # grpc only: overrides the instance's `Authentication` for this transport's clients.
+    authentication: AuthenticationConfig | None = None
+    # Incoming replication only: instances and groups allowed to link here besides the
+    # destinations (amps.security.peers).
+    allowed_instances: tuple[str, ...] = ()
+    allowed_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +268,15 @@ class Config:
     def grpc_transport(self) -> TransportConfig | None:
         """The first gRPC client transport, or None."""
         return next((t for t in self.transports if t.type == "grpc"), None)
+
+    @property
+    def client_authentication(self) -> AuthenticationConfig | None:
+        """The Authentication that governs client logons: the grpc transport's, or the
+        instance's."""
+        transport = self.grpc_transport
+        if transport is not None and transport.authentication is not None:
+            return transport.authentication
+        return self.authentication
 
     @property
     def replication_transport(self) -> TransportConfig | None:

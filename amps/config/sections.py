@@ -93,6 +93,7 @@ def parse_name(text: str) -> str:
 
 
 TLS_ELEMENTS = ("Certificate", "PrivateKey", "CAFile", "VerifyClient")
+PEER_ELEMENTS = ("AllowedInstance", "AllowedGroup")
 
 
 def parse_admin(reader: Reader, path: str, element: Element) -> AdminConfig:
@@ -179,7 +180,16 @@ def _parse_transport(reader: Reader, path: str, element: Element) -> TransportCo
     fields = reader.children(
         element,
         path,
-        single=("Name", "Type", "InetAddr", "MaxMessageSize", "InitialState", *TLS_ELEMENTS),
+        single=(
+            "Name",
+            "Type",
+            "InetAddr",
+            "MaxMessageSize",
+            "InitialState",
+            "Authentication",
+            *TLS_ELEMENTS,
+        ),
+        repeated=PEER_ELEMENTS,
     )
     name = reader.required(fields, "Name", parse_name, "a transport name")
     kind = reader.required(
@@ -207,9 +217,46 @@ def _parse_transport(reader: Reader, path: str, element: Element) -> TransportCo
     tls = parse_tls(reader, path, fields)
     if kind == "amps-replication-secure":
         tls = secure_replication_tls(reader, path, tls)
+    authentication = None
+    if hit := fields.one("Authentication"):
+        authentication = parse_authentication(reader, *hit)
+        if kind != "grpc":
+            reader.error(
+                hit[0],
+                kind,
+                "Authentication on a grpc transport only (replication peers authenticate by "
+                "mutual TLS: Type amps-replication-secure)",
+            )
+    allowed = {tag: _peer_names(reader, fields, tag, kind) for tag in PEER_ELEMENTS}
     return TransportConfig(
-        name, cast(TransportType, kind), inet_addr, max_size_bytes, tls, state == "enabled"
+        name,
+        cast(TransportType, kind),
+        inet_addr,
+        max_size_bytes,
+        tls,
+        initially_enabled=state == "enabled",
+        authentication=authentication,
+        allowed_instances=allowed["AllowedInstance"],
+        allowed_groups=allowed["AllowedGroup"],
     )
+
+
+def _peer_names(reader: Reader, fields: Children, tag: str, kind: str) -> tuple[str, ...]:
+    """`AllowedInstance` / `AllowedGroup` entries: names, on a replication transport only."""
+    names: list[str] = []
+    for entry_path, entry in fields.many(tag):
+        if kind not in REPLICATION_TYPES:
+            reader.error(entry_path, kind, f"{tag} on a replication transport only")
+            continue
+        text = reader.text(entry_path, entry)
+        if text is None:
+            continue
+        problem = name_problem(text)
+        if problem is not None:
+            reader.error(entry_path, text, problem)
+        else:
+            names.append(text)
+    return tuple(names)
 
 
 def parse_transaction_log(reader: Reader, path: str, element: Element) -> TransactionLogConfig:

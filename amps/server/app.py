@@ -24,7 +24,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from amps import errors
 from amps.config import Config
-from amps.config.model import TlsConfig
+from amps.config.exposure import exposures, open_listeners
+from amps.config.model import AuthenticationConfig, TlsConfig
 from amps.log.journal import Journal
 from amps.security.tls import grpc_server_credentials, server_ssl_context
 from amps.server.admin_auth import AdminGuard
@@ -40,6 +41,7 @@ from amps.v1 import client_pb2
 if TYPE_CHECKING:
     # Loaded at the first scrape or fsync: nothing before a first delivery needs them.
     from amps.metrics import InstanceSnapshot, Metrics
+    from amps.server.auth import Authenticator
     from replication.link import Replicator
     from replication.link_core import LinkCore
 
@@ -113,6 +115,8 @@ class Server:
         self.metrics: Metrics | None = None
         self.replicator: Replicator | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._authenticators: dict[str, Authenticator] = {}
+        self._admin_authenticator: Authenticator | None = None
 
     def _journal_directory(self) -> Path:
         txlog = self.config.transaction_log
@@ -142,6 +146,23 @@ class Server:
             fatal(FatalReason.JOURNAL_CORRUPT, f"journal {directory}: {exc.message}")
         except (OSError, errors.JournalError) as exc:
             fatal(FatalReason.JOURNAL_IO, f"journal {directory}: {exc}")
+
+    def _authenticator(self, authentication: AuthenticationConfig | None) -> Authenticator | None:
+        """The Authenticator of a users file (one per file, shared by the listeners naming it),
+        or None without one; a users file that cannot be read stops the start (78)."""
+        if authentication is None or authentication.users_file is None:
+            return None
+        users_file = authentication.users_file
+        if users_file not in self._authenticators:
+            from amps.server.auth import Authenticator
+
+            try:
+                self._authenticators[users_file] = Authenticator(
+                    Path(users_file), self._journal_directory()
+                )
+            except errors.ConfigError as exc:
+                fatal(FatalReason.CONFIG_INVALID, exc.message)
+        return self._authenticators[users_file]
 
     def _check_ports_free(self) -> None:
         """Refuse a port another process listens on before anything is written to disk.
@@ -175,20 +196,21 @@ class Server:
         journal = self._open_journal()
         journal.on_fsync = self._observe_fsync
         self.instance = Instance(self.config, journal, self._on_fatal)
-        authentication = self.config.authentication
-        if authentication is not None and authentication.users_file is not None:
-            from amps.server.auth import Authenticator
-
-            try:
-                self.instance.authenticator = Authenticator(
-                    Path(authentication.users_file), self._journal_directory()
-                )
-            except errors.ConfigError as exc:
-                fatal(FatalReason.CONFIG_INVALID, exc.message)
-        elif authentication is not None:
+        for exposure in exposures(self.config):  # load_config refuses these already
+            fatal(FatalReason.CONFIG_INVALID, f"{exposure.path}: {exposure.expected}")
+        self.instance.authenticator = self._authenticator(self.config.client_authentication)
+        self._admin_authenticator = self._authenticator(self.config.authentication)
+        if self.config.client_authentication is not None and self.instance.authenticator is None:
             log.warning(
                 "authentication is off (Authentication/Mode none): anyone who can reach "
                 "this instance can publish, read and acknowledge anything"
+            )
+        for listener in open_listeners(self.config):
+            log.warning(
+                "%s port %s listens beyond loopback with Authentication/Mode none: it is "
+                "open to anyone who can reach it",
+                listener.kind,
+                listener.inet_addr,
             )
         try:
             await self.instance.start(self._journal_directory())
@@ -330,7 +352,7 @@ class Server:
         )
         journals = JournalRoutes(self.instance)
         transports = TransportRoutes(self.instance.transports, self._bound_ports)
-        authenticator = self.instance.authenticator
+        authenticator = self._admin_authenticator
         post_prefixes: dict[str, PrefixRoute] = {
             QUEUE_ACTIONS_PATH: queues.act,
             TRANSPORT_ACTIONS_PATH: transports.act,

@@ -53,7 +53,9 @@ class Authenticator:
                 raise errors.ConfigError(
                     "AMPSConfig/Authentication/UsersFile",
                     str(self.users_file),
-                    f"a readable file ({error.strerror})",
+                    f"a readable users file ({error.strerror}): make it with `amps users add "
+                    f"NAME --file {self.users_file}` (the image makes one at its first start "
+                    f"from AMPS_ADMIN_PASSWORD)",
                 ) from None
             return self._users
         seen = (stat.st_mtime_ns, stat.st_size)

@@ -4,6 +4,7 @@ Docker engine answers; `.ci/run` starts one (tests/docker/engine.sh) so CI runs 
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.harness.docker import DEPLOY, Compose, build_image, engine_env, run, why_no_engine
+
+ADMIN_USER = "admin"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -49,8 +52,32 @@ def prometheus_image() -> str:
     return image
 
 
-def compose_project(amps_image: str, ports: dict[str, int]) -> Compose:
-    """A compose project over deploy/docker-compose.yml with the test image and free host ports."""
-    env = {"AMPS_IMAGE": amps_image, "PROMETHEUS_IMAGE": prometheus_image()}
+@pytest.fixture(scope="session")
+def compose_secrets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """deploy/make-secrets.sh's certificates and admin password, made once for the run."""
+    secrets = tmp_path_factory.mktemp("compose") / "secrets"
+    subprocess.run(
+        [str(DEPLOY / "make-secrets.sh"), str(secrets)], check=True, capture_output=True, timeout=60
+    )
+    return secrets
+
+
+def admin_password(secrets: Path) -> str:
+    """The admin password make-secrets.sh put in the instances' env-file."""
+    for line in (secrets / "amps.env").read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name == "AMPS_ADMIN_PASSWORD":
+            return value
+    raise AssertionError(f"no AMPS_ADMIN_PASSWORD in {secrets / 'amps.env'}")
+
+
+def compose_project(amps_image: str, ports: dict[str, int], secrets: Path) -> Compose:
+    """A compose project over deploy/docker-compose.yml with the test image, free host ports and
+    the run's secrets."""
+    env = {
+        "AMPS_IMAGE": amps_image,
+        "PROMETHEUS_IMAGE": prometheus_image(),
+        "AMPS_SECRETS": str(secrets),
+    }
     env.update({name: str(port) for name, port in ports.items()})
     return Compose(f"ampstest{uuid.uuid4().hex[:8]}", env, [DEPLOY / "docker-compose.yml"])

@@ -1,5 +1,6 @@
 """The image (issue 13): builds from the Dockerfile, runs as a non-root user, answers on its
-published port, reports healthy, and stops cleanly on SIGTERM (D2)."""
+published port, reports healthy, and stops cleanly on SIGTERM (D2); it listens beyond loopback,
+so it needs users (issue 12): the entrypoint makes them from AMPS_ADMIN_PASSWORD."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from tests.harness.cluster import free_ports
 from tests.harness.docker import health, run, wait_for
 from tests.harness.streams import take
 
+PASSWORD = "image-test-password-1"
+
 HEALTHY_WITHIN_S = 60.0
 
 
@@ -17,7 +20,7 @@ def test_image_runs_non_root_healthy_and_stops_cleanly_on_sigterm(amps_image: st
     """The image's default configuration serves clients; `docker stop` is a clean shutdown."""
     client_port, admin_port = free_ports(2)
     container_id = run(
-        ["docker", "run", "--detach",
+        ["docker", "run", "--detach", "--env", f"AMPS_ADMIN_PASSWORD={PASSWORD}",
          "--publish", f"127.0.0.1:{client_port}:9007", "--publish", f"127.0.0.1:{admin_port}:8085",
          amps_image],
     ).stdout.strip()  # fmt: skip
@@ -28,7 +31,7 @@ def test_image_runs_non_root_healthy_and_stops_cleanly_on_sigterm(amps_image: st
 
         async def publish_and_read() -> list[bytes]:
             address = f"127.0.0.1:{client_port}"
-            async with Client("docker-image-test") as client:
+            async with Client("docker-image-test", user="admin", password=PASSWORD) as client:
                 await client.connect(address)
                 for i in range(3):
                     await client.publish("orders", f'{{"id":{i}}}')
@@ -43,5 +46,16 @@ def test_image_runs_non_root_healthy_and_stops_cleanly_on_sigterm(amps_image: st
         assert exit_code.stdout.strip() == "0"
         logs = run(["docker", "logs", container_id]).stderr
         assert "stopping instance" in logs
+        assert "made /var/lib/amps/users.toml with user admin" in logs
+        assert PASSWORD not in logs
     finally:
         run(["docker", "rm", "--force", "--volumes", container_id], check=False)
+
+
+def test_image_without_users_refuses_to_start_naming_the_fix(amps_image: str) -> None:
+    """Default-deny: listening on every interface with no users file and no AMPS_ADMIN_PASSWORD,
+    the instance exits 78 saying how to make the users."""
+    done = run(["docker", "run", "--rm", amps_image], check=False, timeout_s=60)
+    assert done.returncode == 78, done.stdout + done.stderr
+    assert "amps users add NAME --file /var/lib/amps/users.toml" in done.stderr
+    assert "AMPS_ADMIN_PASSWORD" in done.stderr

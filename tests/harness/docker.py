@@ -99,7 +99,8 @@ def build_image(tag: str, work: Path) -> None:
     for name in ("amps", "replication"):
         shutil.copytree(ROOT / name, context / name, ignore=shutil.ignore_patterns("__pycache__"))
     (context / "deploy").mkdir()
-    shutil.copy(DEPLOY / "image-config.xml", context / "deploy" / "image-config.xml")
+    for name in ("image-config.xml", "docker-entrypoint.sh"):
+        shutil.copy(DEPLOY / name, context / "deploy" / name)
 
     subprocess.run(
         [

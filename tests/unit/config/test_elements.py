@@ -17,6 +17,8 @@ FULL = """
 <AMPSConfig>
   <Name>amps-east</Name>
   <Group>EAST</Group>
+  <!-- The admin port listens beyond loopback: open on purpose (default-deny, issue 12). -->
+  <Authentication><Mode>none</Mode></Authentication>
   <Admin>
     <InetAddr>0.0.0.0:8085</InetAddr>
     <FileName>stats.db</FileName>
