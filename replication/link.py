@@ -24,6 +24,7 @@ import grpc
 from amps.config.actions import DO_DOWNGRADE, DO_UPGRADE, ON_SCHEDULE, interval_ms
 from amps.errors import CorruptRecord
 from amps.log.records import Record
+from amps.security.peers import PeerAllowList
 from amps.security.tls import grpc_channel_credentials, grpc_server_credentials
 from amps.v1 import replication_pb2 as pb
 from amps.v1 import replication_pb2_grpc as pb_grpc
@@ -144,6 +145,8 @@ class Replicator:
         self.config = config
         self.instance = instance
         self.local = config.name
+        # Who may link here (None: plaintext replication without an explicit list).
+        self._allowed_peers = PeerAllowList.from_config(config)
         self._positions_path = directory / POSITIONS_FILE
         self.book = PositionBook(_load_positions(self._positions_path))
         self._log = _CachedLog(instance)
@@ -396,6 +399,12 @@ class Replicator:
         if refusal is not None:
             log.warning("replication: refused a link: %s", refusal)
             await stream.write(to_pb(Refusal("identity", refusal)))
+            return
+        allowed = self._allowed_peers
+        unknown = allowed.refusal(self.local, hello.instance, hello.group) if allowed else None
+        if unknown is not None:
+            log.warning("replication: refused a link: %s", unknown)
+            await stream.write(to_pb(Refusal("unknown_peer", unknown)))
             return
         core = self._core(hello.instance)
         existing = self._sessions.get(hello.instance)

@@ -51,6 +51,8 @@ REFUSALS: dict[str, str] = {
     "duplicate_link": "a link between these two instances is already up (one per pair)",
     "identity": "the peer's certificate does not name the instance it claims to be "
     "(amps-replication-secure)",
+    "unknown_peer": "the peer is neither a destination of this instance nor allowed by the "
+    "replication transport's AllowedInstance / AllowedGroup (amps-replication-secure)",
 }
 
 

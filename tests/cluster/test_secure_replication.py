@@ -26,12 +26,15 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_certs(tmp_path_factory.mktemp("certs"), "a", "b", "x")
 
 
-def secure(text: str, certs: Path, cert_name: str) -> str:
-    """Every replication transport of one instance's config made secure with `cert_name`."""
+def secure(text: str, certs: Path, cert_name: str, allowed: str = "") -> str:
+    """Every replication transport of one instance's config made secure with `cert_name`;
+    `allowed` goes into its incoming transport (AllowedInstance / AllowedGroup elements)."""
     tls = (
         f"<Certificate>{certs / cert_name}.pem</Certificate>"
         f"<PrivateKey>{certs / cert_name}.key</PrivateKey><CAFile>{certs / 'ca.pem'}</CAFile>"
     )
+    incoming = f"<Name>replication</Name>{PLAIN}"
+    text = text.replace(incoming, f"<Name>replication</Name>{PLAIN}{allowed}")
     return text.replace(PLAIN, f"<Type>amps-replication-secure</Type>{tls}")
 
 
@@ -46,14 +49,21 @@ def started() -> Iterator[list[InstanceProcess]]:
 
 
 def start_pair(
-    root: Path, certs: Path, cert_of: dict[str, str], started: list[InstanceProcess]
+    root: Path,
+    certs: Path,
+    cert_of: dict[str, str],
+    started: list[InstanceProcess],
+    b_allows: str = "<AllowedInstance>a</AllowedInstance>",
 ) -> dict[str, InstanceProcess]:
-    """a replicates to b (async) over amps-replication-secure, each with the named cert."""
+    """a replicates to b (async) over amps-replication-secure, each with the named cert; b has
+    no destination to a, so it lets a in by `b_allows`."""
     ports = dict(zip("ab", free_ports(2), strict=True))
     configs = cluster_configs("ab", {"a": [Link("b", sync=False)]}, ports)
     pair = {}
     for name in "ab":
-        process = InstanceProcess(root / name, secure(configs[name], certs, cert_of[name]))
+        allowed = b_allows if name == "b" else ""
+        text = secure(configs[name], certs, cert_of[name], allowed)
+        process = InstanceProcess(root / name, text)
         started.append(process.start())
         pair[name] = process
     return pair
@@ -79,6 +89,39 @@ async def test_a_peer_presenting_a_certificate_for_another_name_is_refused(
     await publish(pair["a"], "pub-a", 3)  # both stay up; nothing replicated
     assert pair["b"].process is not None
     assert pair["b"].process.poll() is None
+
+
+@pytest.mark.parametrize(
+    "b_allows",
+    ["", "<AllowedInstance>c</AllowedInstance><AllowedGroup>other</AllowedGroup>"],
+)
+async def test_an_instance_b_does_not_know_is_refused_at_the_handshake_on_both_sides(
+    tmp_path: Path, certs: Path, started: list[InstanceProcess], b_allows: str
+) -> None:
+    """a holds a valid certificate for its own name, but b has no destination a and does not
+    allow it: b refuses the link saying whom it knows, a logs the refusal; nothing replicates."""
+    pair = start_pair(tmp_path, certs, {"a": "a", "b": "b"}, started, b_allows)
+    line = await asyncio.to_thread(wait_for_output, pair["b"], "refused a link")
+    assert "b does not know instance 'a' (group 'a')" in line
+    assert "AllowedInstance" in line
+    refused = await asyncio.to_thread(wait_for_output, pair["a"], "refused")
+    assert "by b: b does not know instance 'a'" in refused
+    async with Client("reader-b") as reader:
+        await reader.connect(pair["b"].address)
+        orders = await reader.subscribe("orders", bookmark="epoch")
+        await publish(pair["a"], "pub-a", 3)
+        assert await more_within(orders, 1.0) == []
+
+
+async def test_a_group_allowed_by_b_links(
+    tmp_path: Path, certs: Path, started: list[InstanceProcess]
+) -> None:
+    pair = start_pair(
+        tmp_path, certs, {"a": "a", "b": "b"}, started, "<AllowedGroup>a</AllowedGroup>"
+    )
+    await publish(pair["a"], "pub-a", 5)
+    got = await read_all(pair["b"], 5)
+    assert_clean(check(((p, n) for p, n, _ in got), {"pub-a": 5}), "b")
 
 
 async def test_a_destination_whose_certificate_names_another_instance_is_not_linked(
