@@ -22,6 +22,7 @@ from replication.frames import (
     Heartbeat,
     Hello,
     OriginPosition,
+    QueueDigest,
     Refusal,
     TopicDigest,
 )
@@ -69,6 +70,7 @@ def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
                     pb.TopicDigest(name=t.name, message_type=t.message_type, filter=t.filter)
                     for t in digest.topics
                 ],
+                queues=[_queue_to_pb(q) for q in digest.queues],
             ),
             positions=[
                 pb.OriginPosition(
@@ -77,6 +79,30 @@ def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
                 for p in frame.positions
             ],
         )
+    )
+
+
+def _queue_to_pb(queue: QueueDigest) -> pb.QueueDigest:
+    return pb.QueueDigest(
+        name=queue.name,
+        kind=queue.kind,
+        message_type=queue.message_type,
+        underlying_topic=queue.underlying_topic,
+        filter=queue.filter,
+        initial_owner=queue.initial_owner,
+        holders=[pb.QueueHolder(instance=i, group=g) for i, g in queue.holders],
+    )
+
+
+def _queue_from_pb(queue: pb.QueueDigest) -> QueueDigest:
+    return QueueDigest(
+        name=queue.name,
+        kind=queue.kind,
+        message_type=queue.message_type,
+        underlying_topic=queue.underlying_topic,
+        filter=queue.filter,
+        initial_owner=queue.initial_owner,
+        holders=tuple((h.instance, h.group) for h in queue.holders),
     )
 
 
@@ -122,6 +148,7 @@ def from_pb(message: pb.LinkFrame) -> Frame:
                 sends=digest.sends,
                 topics=tuple(TopicDigest(t.name, t.message_type, t.filter) for t in digest.topics),
                 sync=digest.sync,
+                queues=tuple(_queue_from_pb(q) for q in digest.queues),
             ),
             positions=tuple(
                 OriginPosition(p.origin, p.origin_txid, p.upstream_txid) for p in hello.positions

@@ -40,13 +40,33 @@ class TopicDigest:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueDigest:
+    """One queue a side defines (replicated or not), as its peer must define it too (R8).
+
+    `holders`: (instance, group) of this side and of each of its destinations that takes the
+    queue, so the peer can check that it passes their records through to its other holders.
+    `filter` and `initial_owner` are "" when the queue has none.
+    """
+
+    name: str
+    kind: str
+    message_type: str
+    underlying_topic: str
+    filter: str = ""
+    initial_owner: str = ""
+    holders: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Digest:
     """What a side replicates to its peer (R8). `sends` is False when it has no destination
-    for the peer (one-way replication). The replicated-queues issue adds queue definitions."""
+    for the peer (one-way replication); `queues` are every queue the side defines, whether it
+    replicates them to the peer or not (replication/topology.py compares them)."""
 
     sends: bool
     topics: tuple[TopicDigest, ...] = ()
     sync: bool = False
+    queues: tuple[QueueDigest, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from replication.link_core import (
 from replication.positions import PositionBook
 from replication.reachability import Reachability
 from replication.routing import Route
+from replication.topology import Topology
 
 if TYPE_CHECKING:
     from amps.config import Config
@@ -62,6 +63,9 @@ log = logging.getLogger("amps.replication")
 POSITIONS_FILE = "replication-positions.json"
 SAVE_INTERVAL_S = 1.0
 DEFAULT_RECONNECT_S = 1.0
+# A refused link (other than the normal duplicate_link) is dialled again later and later, up
+# to this: a refused topology needs an operator, and must not log and dial in a hot loop.
+MAX_REFUSED_RECONNECT_S = 60.0
 # The journal keeps this much of its latest frames for links that keep up (no re-encoding).
 KEPT_FRAMES_BYTES = 16 * 1024 * 1024
 GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -154,6 +158,7 @@ class Replicator:
         replication = config.replication
         destinations = replication.destinations if replication is not None else ()
         self.routes = {d.name: Route(config.name, d) for d in destinations}
+        self.topology = Topology(config.name, config.group, config.queues, destinations)
         if self.routes:
             instance.journal.keep_frames(KEPT_FRAMES_BYTES)
         self.cores: dict[str, LinkCore] = {}
@@ -224,6 +229,7 @@ class Replicator:
                 self.book,
                 peer,
                 reachability=self.reachability,
+                topology=self.topology,
             )
             self._idle[peer] = asyncio.Event()
             self._idle[peer].set()
@@ -293,6 +299,7 @@ class Replicator:
                         "sync_changes": stats.sync_changes,
                         "batches_sent": stats.batches_sent,
                         "messages_sent": stats.records_sent,
+                        "refused": self._refused(stats.peer),
                     }
                 )
             incoming.append(
@@ -301,6 +308,7 @@ class Replicator:
                     "connected": stats.state == LinkState.READY.value,
                     "batches_received": stats.batches_received,
                     "messages_received": stats.records_received,
+                    "refused": self._refused(stats.peer),
                 }
             )
         return {
@@ -322,6 +330,14 @@ class Replicator:
                 for name, age_ms in self.reachability.table(now_ms)
             ],
         }
+
+    def _refused(self, peer: str) -> dict[str, str] | None:
+        """Why the last attempt at this link was refused (either way), until it is next up;
+        None for the normal duplicate_link (both sides dialled)."""
+        refusal = self.cores[peer].refusal
+        if refusal is None or refusal[0] == "duplicate_link":
+            return None
+        return {"code": refusal[0], "message": refusal[1]}
 
     def snapshot(self) -> ReplicationSnapshot:
         """The metrics view (amps.metrics reads it at a scrape)."""
@@ -371,18 +387,26 @@ class Replicator:
         self, peer: str, addrs: list[tuple[str, grpc.ChannelCredentials | None]], delay_s: float
     ) -> None:
         core = self._core(peer)
+        refused = 0  # refusals in a row, each doubling the wait
         while not self._stopping:
+            was_refused = False
             for addr, credentials in addrs:
                 if core.state is not LinkState.IDLE:
                     await self._idle[peer].wait()
                     continue
+                before = core.refusals
                 try:
                     async with _channel(addr, peer, credentials) as ch:
                         stub = pb_grpc.ReplicationStub(ch)  # type: ignore[no-untyped-call]
                         await self._run(core, stub.Link(), dialled=True)
                 except (grpc.aio.AioRpcError, OSError) as exc:
                     log.debug("replication to %s at %s: %s", peer, addr, exc)
-            await asyncio.sleep(delay_s)
+                refusal = core.refusal
+                if core.refusals != before and refusal and refusal[0] != "duplicate_link":
+                    was_refused = True
+                    break  # another address reaches the same refusing instance
+            refused = refused + 1 if was_refused else 0
+            await asyncio.sleep(refused_reconnect_s(delay_s, refused))
 
     async def accept(self, stream: _Stream) -> None:
         """An incoming stream: its first frame must be the dialler's Hello."""
@@ -608,6 +632,15 @@ class Replicator:
             os.replace(temporary, self._positions_path)
         except OSError as exc:
             log.warning("cannot save replication positions: %s", exc)
+
+
+def refused_reconnect_s(delay_s: float, refused: int) -> float:
+    """The wait before dialling again after `refused` refusals in a row: the destination's
+    ReconnectTimeout, doubled per refusal up to MAX_REFUSED_RECONNECT_S."""
+    if refused <= 0:
+        return delay_s
+    doubled: float = delay_s * 2.0 ** min(refused, 16)
+    return max(delay_s, min(doubled, MAX_REFUSED_RECONNECT_S))
 
 
 def _sync_schedules(config: Config) -> list[tuple[int, int | None, int | None]]:

@@ -30,6 +30,7 @@ from replication.frames import (
     PROTOCOL_VERSION,
     Ack,
     Batch,
+    Digest,
     Frame,
     Heartbeat,
     Hello,
@@ -39,6 +40,7 @@ from replication.frames import (
 from replication.positions import PositionBook
 from replication.reachability import Reachability
 from replication.routing import NO_DIGEST, Route
+from replication.topology import Topology
 
 # Refusal codes, each with what it means; docs/reference/errors.md lists them (amps.tools).
 REFUSALS: dict[str, str] = {
@@ -53,6 +55,10 @@ REFUSALS: dict[str, str] = {
     "(amps-replication-secure)",
     "unknown_peer": "the peer is neither a destination of this instance nor allowed by the "
     "replication transport's AllowedInstance / AllowedGroup (amps-replication-secure)",
+    "queue_topology": "the two instances' queues disagree (R8): a queue replicated one way "
+    "only, a queue on one side and not on the other, a different kind, UnderlyingTopic, "
+    "MessageType, Filter or InitialOwner, or a destination that does not pass through the "
+    "group of a holder of the queue behind the peer (replication/topology.py)",
 }
 
 
@@ -208,6 +214,7 @@ class LinkCore:
         *,
         limits: LinkLimits | None = None,
         reachability: Reachability | None = None,
+        topology: Topology | None = None,
     ) -> None:
         self.local = local
         self.group = group
@@ -216,9 +223,13 @@ class LinkCore:
         self.peer = peer
         self.limits = limits or LinkLimits()
         self.reachability = reachability or Reachability(local)
+        self.topology = topology
         self.state = LinkState.IDLE
         self.downgraded = False
         self.close_reason = ""
+        # (code, message) of the last refusal either way, until the link is next up
+        self.refusal: tuple[str, str] | None = None
+        self.refusals = 0  # refusals either way, ever
         self._connected_ms = 0
         # sender: the destination configured for this peer, if any (one-way links have none)
         self._route: Route | None = routes.get(peer)
@@ -333,9 +344,15 @@ class LinkCore:
             group=self.group,
             expected_peer=self.peer if dialled else "",
             expected_group=route.group if dialled and route is not None else "",
-            digest=route.digest if route is not None else NO_DIGEST,
+            digest=self._digest(),
             positions=self.book.positions(self.peer),
         )
+
+    def _digest(self) -> Digest:
+        digest = self._route.digest if self._route is not None else NO_DIGEST
+        if self.topology is None:
+            return digest
+        return replace(digest, queues=self.topology.queues)
 
     def _on_frame(self, frame: Frame, now_ms: int) -> list[Action]:
         if isinstance(frame, Hello):
@@ -343,6 +360,7 @@ class LinkCore:
         if isinstance(frame, Refusal):
             reason = f"by {self.peer}: {frame.message}"
             self._reset(reason)
+            self._refused(frame.code, reason)
             return [Close(reason, refused=True, code=frame.code)]
         if self.state is not LinkState.READY:
             return self._refuse("protocol", f"{frame.__class__.__name__} before Hello")
@@ -364,6 +382,7 @@ class LinkCore:
         if self.state is LinkState.ACCEPTED:
             actions.append(self._send(self._hello(dialled=False), now_ms))
         self.state = LinkState.READY
+        self.refusal = None
         self._last_heartbeat_ms = now_ms
         self._start_sending(hello.positions)
         actions.extend(self._fill(now_ms))
@@ -387,12 +406,21 @@ class LinkCore:
                 "group_mismatch",
                 f"{both}: the peer's destination Group is {hello.expected_group!r}",
             )
+        if self.topology is not None:
+            problem = self.topology.check(self._digest(), hello.instance, hello.group, hello.digest)
+            if problem is not None:
+                return "queue_topology", f"{both}: {problem}"
         return None
 
     def _refuse(self, code: str, message: str) -> list[Action]:
         assert code in REFUSALS, code
         self._reset(f"refused: {message}")
+        self._refused(code, message)
         return [Send(Refusal(code, message)), Close(message, refused=True, code=code)]
+
+    def _refused(self, code: str, message: str) -> None:
+        self.refusal = (code, message)
+        self.refusals += 1
 
     def refuse_duplicate(self) -> list[Action]:
         """The adapter found another live stream to this peer: refuse this one (Rule 4)."""

@@ -24,6 +24,7 @@ from amps.config.queues import check_queues_against_log, parse_sow
 from amps.config.reader import ExpressionCheck, Reader
 from amps.config.replication import (
     check_destinations,
+    check_queue_replication,
     check_replication_against_log,
     parse_replication,
 )
@@ -168,11 +169,12 @@ def _read_root(reader: Reader, root: Element) -> Config | None:
     check_actions_against_queues(reader, actions, tuple(item.queue for item in queues))
     if hit := fields.one("Replication"):
         replication, replicated_topics = parse_replication(reader, *hit)
-        local_queues = frozenset(
-            q.name for q in (item.queue for item in queues) if q.kind == "LocalQueue"
-        )
-        check_replication_against_log(reader, replicated_topics, log, local_queues)
+        defined = [item.queue for item in queues]
+        local_queues = frozenset(q.name for q in defined if q.kind == "LocalQueue")
+        replicable = frozenset(q.name for q in defined if q.kind != "LocalQueue")
+        check_replication_against_log(reader, replicated_topics, log, local_queues, replicable)
         check_destinations(reader, replication, name, transports)
+        check_queue_replication(reader, queues, replication, group or "")
     reserved: list[RawElement] = [
         reader.raw(*hit) for tag in RESERVED_SECTIONS if (hit := fields.one(tag))
     ]

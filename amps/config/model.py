@@ -222,6 +222,11 @@ class DestinationConfig:
     compression_type: Literal["zlib", "zstd"] = "zlib"
     ack_conflation_interval_ms: int = 1_000
 
+    def takes(self, topic: str) -> bool:
+        """Whether the destination takes `topic` by name (with no Topic element: every topic);
+        for a queue's name, whether it replicates the queue (R8)."""
+        return not self.topics or any(t.matches(topic) for t in self.topics)
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicationConfig:

@@ -10,6 +10,7 @@ from amps.config.model import (
     DestinationConfig,
     InetAddr,
     MessageType,
+    QueueConfig,
     ReplicationConfig,
     ReplicationTopicConfig,
     ReplicationTransportConfig,
@@ -18,6 +19,7 @@ from amps.config.model import (
     TransactionLogConfig,
     TransportConfig,
 )
+from amps.config.queues import LocatedQueue
 from amps.config.reader import Reader
 from amps.config.sections import (
     TLS_ELEMENTS,
@@ -28,7 +30,7 @@ from amps.config.sections import (
     parse_topic_name,
     secure_replication_tls,
 )
-from amps.config.topics import compile_topic_regex, is_regex
+from amps.config.topics import compile_topic_regex, covering_names, is_regex, topic_matches
 from amps.config.units import choice, duration, parse_enabled
 
 _DESTINATION_ELEMENTS = (
@@ -73,10 +75,7 @@ def check_destinations(
     replication address, or two destinations with one Name (a peer has one link)."""
     incoming = next((t.inet_addr for t in transports if t.type in REPLICATION_TYPES), None)
     seen: dict[str, str] = {}
-    count = len(replication.destinations)
-    paths = replication.paths or tuple(
-        f"AMPSConfig/Replication/Destination[{i}]" for i in range(1, count + 1)
-    )
+    paths = _destination_paths(replication)
     for path, destination in zip(paths, replication.destinations, strict=True):
         if destination.name == name:
             reader.error(f"{path}/Name", destination.name, "a peer other than this instance")
@@ -96,6 +95,83 @@ def check_destinations(
                         "the address of another instance (this is this instance's own "
                         "amps-replication transport)",
                     )
+
+
+def _destination_paths(replication: ReplicationConfig) -> tuple[str, ...]:
+    count = len(replication.destinations)
+    return replication.paths or tuple(
+        f"AMPSConfig/Replication/Destination[{i}]" for i in range(1, count + 1)
+    )
+
+
+def check_queue_replication(
+    reader: Reader, queues: list[LocatedQueue], replication: ReplicationConfig, group: str
+) -> None:
+    """R8, what this configuration alone tells: a destination that takes a queue (by name)
+    also takes its underlying topic, unfiltered, and passes through the groups of the queue's
+    other holders (and this instance's own group within it); replication/topology.py checks
+    the rest against each peer when the link connects."""
+    destinations = list(zip(_destination_paths(replication), replication.destinations, strict=True))
+    for item in queues:
+        queue = item.queue
+        if queue.kind == "LocalQueue":
+            continue  # never replicated (check_replication_against_log)
+        takers = [(p, d) for p, d in destinations if d.takes(queue.name)]
+        for path, destination in takers:
+            _check_underlying(reader, path, destination, queue)
+            others = [o for _, o in takers if o is not destination]
+            _check_passthrough(reader, path, destination, queue.name, others, group)
+
+
+def _check_passthrough(
+    reader: Reader,
+    path: str,
+    destination: DestinationConfig,
+    queue: str,
+    others: list[DestinationConfig],
+    group: str,
+) -> None:
+    """Between groups: the queue's other holders' groups; within: this instance's own group
+    when the destination is in it (seed 004: its other instances reach the destination here)."""
+    needed = [(o.group, f"{o.name} (group {o.group})") for o in others]
+    if destination.group == group:
+        needed.append((group, f"this instance's own group {group}"))
+    missing: dict[str, str] = {}
+    for needed_group, holder in needed:
+        pattern = destination.pass_through
+        if pattern is None or not topic_matches(pattern, needed_group):
+            missing.setdefault(needed_group, holder)
+    for needed_group, holder in missing.items():
+        reader.error(
+            f"{path}/PassThrough",
+            destination.pass_through,
+            f"a PassThrough matching group {needed_group!r}: queue {queue!r} is replicated to "
+            f"{destination.name} and with {holder}, whose acks and transfers must reach it "
+            "through this instance",
+        )
+
+
+def _check_underlying(
+    reader: Reader, path: str, destination: DestinationConfig, queue: QueueConfig
+) -> None:
+    if not destination.topics:
+        return  # takes every recorded topic, unfiltered
+    underlying = queue.underlying_topic
+    # A replication Filter the queue's own Filter does not equal would leave the peer's copy
+    # of the queue without some of its messages.
+    usable = [t.name for t in destination.topics if t.filter in (None, queue.filter)]
+    if is_regex(underlying):
+        covered = covering_names(underlying, usable) is not None
+    else:
+        covered = any(topic_matches(name, underlying) for name in usable)
+    if not covered:
+        reader.error(
+            f"{path}/Topic",
+            queue.name,
+            f"a Topic that also replicates queue {queue.name!r}'s UnderlyingTopic "
+            f"{underlying!r}, unfiltered or with the queue's own Filter (the queue's "
+            "messages are stored there: without them its copy on the destination misses some)",
+        )
 
 
 def _same_listener(addr: InetAddr, listener: InetAddr) -> bool:
@@ -198,11 +274,13 @@ def check_replication_against_log(
     topics: list[tuple[str, ReplicationTopicConfig]],
     log: TransactionLogConfig | None,
     local_queues: frozenset[str] = frozenset(),
+    queues: frozenset[str] = frozenset(),
 ) -> None:
-    """§1.7: a replicated literal topic must be recorded in the local transaction log; R2: it
-    must not name a LocalQueue (never replicated: each instance delivers its own copy)."""
+    """§1.7: a replicated literal topic must be recorded in the local transaction log or name
+    a queue (R8: its acks and transfers replicate); R2: it must not name a LocalQueue (never
+    replicated: each instance delivers its own copy)."""
     for path, topic in topics:
-        if is_regex(topic.name):
+        if is_regex(topic.name) or topic.name in queues:
             continue  # a regex replicates whichever recorded topics it matches (data only)
         if topic.name in local_queues:
             reader.error(

@@ -66,6 +66,21 @@ STARTUP_REFUSALS = (
         "Destination `Topic` naming a literal topic the local `TransactionLog` does not record",
         "a topic recorded in the local TransactionLog",
     ),
+    (
+        "Destination `Topic` naming a `LocalQueue` literally (R2)",
+        "not a LocalQueue (... replicate its UnderlyingTopic to copy the data only)",
+    ),
+    (
+        "A destination that takes a queue (its `Topic` matches the queue's name) but not its "
+        "`UnderlyingTopic`, or only through a replication `Filter` other than the queue's (R8)",
+        "a Topic that also replicates queue ...'s UnderlyingTopic ...",
+    ),
+    (
+        "A destination that takes a queue without a `PassThrough` matching the group of each "
+        "other destination that takes it, and this instance's own group when the destination "
+        "is in it (R8, seed 004)",
+        "a PassThrough matching group ...",
+    ),
 )
 
 
@@ -83,8 +98,11 @@ def _replication_refusals() -> str:
         *(f"| {what} | {expected} |" for what, expected in STARTUP_REFUSALS),
         "",
         "On connect, a link is refused with a code and a message naming both instances and",
-        "groups; both sides log it (`replication link to PEER refused: ...`) and the dialler",
-        "tries again after its `ReconnectTimeout`:",
+        "groups; both sides log it (`replication link to PEER refused: ...`), the admin",
+        "replication view shows it (`refused` with the code and message, on the destination",
+        "and the link, until the link is next up), and the dialler tries again after its",
+        "`ReconnectTimeout`, doubled after each refusal in a row up to 60 s (`duplicate_link`",
+        "aside: both sides dialling is normal):",
         "",
         "| code | meaning |",
         "|---|---|",

@@ -109,8 +109,8 @@ Global___Hello: _TypeAlias = Hello  # noqa: Y015
 
 @_typing.final
 class Digest(_message.Message):
-    """What a side replicates to the other (R8). Queue definitions join in a later issue
-    (field numbers from 10 are kept for them).
+    """What a side replicates to the other (R8), and every queue it defines (replicated to the
+    other or not), compared by both sides at the handshake (replication/topology.py).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -118,24 +118,93 @@ class Digest(_message.Message):
     SENDS_FIELD_NUMBER: _builtins.int
     SYNC_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    QUEUES_FIELD_NUMBER: _builtins.int
     sends: _builtins.bool
     sync: _builtins.bool
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicDigest]: ...
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueDigest]: ...
     def __init__(
         self,
         *,
         sends: _builtins.bool = ...,
         sync: _builtins.bool = ...,
         topics: _abc.Iterable[Global___TopicDigest] | None = ...,
+        queues: _abc.Iterable[Global___QueueDigest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["sends", b"sends", "sync", b"sync", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queues", b"queues", "sends", b"sends", "sync", b"sync", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Digest: _TypeAlias = Digest  # noqa: Y015
+
+@_typing.final
+class QueueDigest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    MESSAGE_TYPE_FIELD_NUMBER: _builtins.int
+    UNDERLYING_TOPIC_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    INITIAL_OWNER_FIELD_NUMBER: _builtins.int
+    HOLDERS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    kind: _builtins.str
+    """Queue, GroupLocalQueue or LocalQueue"""
+    message_type: _builtins.str
+    underlying_topic: _builtins.str
+    filter: _builtins.str
+    """empty: no Filter"""
+    initial_owner: _builtins.str
+    """empty: none (not a GroupLocalQueue)"""
+    @_builtins.property
+    def holders(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueHolder]:
+        """This side and each of its destinations that takes the queue."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        message_type: _builtins.str = ...,
+        underlying_topic: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        initial_owner: _builtins.str = ...,
+        holders: _abc.Iterable[Global___QueueHolder] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "holders", b"holders", "initial_owner", b"initial_owner", "kind", b"kind", "message_type", b"message_type", "name", b"name", "underlying_topic", b"underlying_topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueDigest: _TypeAlias = QueueDigest  # noqa: Y015
+
+@_typing.final
+class QueueHolder(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    instance: _builtins.str
+    group: _builtins.str
+    def __init__(
+        self,
+        *,
+        instance: _builtins.str = ...,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "instance", b"instance"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueHolder: _TypeAlias = QueueHolder  # noqa: Y015
 
 @_typing.final
 class TopicDigest(_message.Message):

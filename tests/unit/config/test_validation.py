@@ -599,6 +599,107 @@ def test_one_way_and_archive_destinations_are_accepted() -> None:
     assert archive.replication.destination("nobody") is None
 
 
+WORK_QUEUE = (
+    f"<SOW><Queue><Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic>{JSON}</Queue></SOW>"
+)
+
+
+def to(name: str, body: str = "", group: str | None = None) -> str:
+    group_element = f"<Group>{group}</Group>" if group else ""
+    return (
+        f"<Destination><Name>{name}</Name>{group_element}<SyncType>sync</SyncType>"
+        f"{TRANSPORT}{body}</Destination>"
+    )
+
+
+def topics(*names: str, filter_text: str = "") -> str:
+    flt = f"<Filter>{filter_text}</Filter>" if filter_text else ""
+    return "".join(f"<Topic><Name>{n}</Name>{JSON}{flt}</Topic>" for n in names)
+
+
+def queue_replication(*destinations: str, group: str = "") -> str:
+    group_element = f"<Group>{group}</Group>" if group else ""
+    return document(
+        f"{group_element}{WORK_QUEUE}<Replication>{''.join(destinations)}</Replication>"
+    )
+
+
+def test_a_destination_that_takes_a_queue_must_take_its_underlying_topic() -> None:
+    """R8: the queue's messages are stored on its UnderlyingTopic; a destination that takes
+    the queue (its Topic matches the queue's name) without them holds an empty queue."""
+    error = assert_error(
+        queue_replication(to("b", topics("work"))), f"{D}/Topic", "UnderlyingTopic 'orders'"
+    )
+    assert error.value == "work"
+    load_config(queue_replication(to("b", topics("work", "orders"))))
+    load_config(queue_replication(to("b", topics("w.*", "^orders$"))))
+    load_config(queue_replication(to("b")))  # no Topic: every topic
+
+
+def test_a_replication_filter_on_the_underlying_topic_must_be_the_queues_own() -> None:
+    filtered = to("b", topics("work") + topics("orders", filter_text="/x > 1"))
+    assert_error(queue_replication(filtered), f"{D}/Topic", "the queue's own Filter")
+    same = (
+        "<SOW><Queue><Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic>"
+        f"{JSON}<Filter>/x &gt; 1</Filter></Queue></SOW>"
+    )
+    load_config(document(f"{same}<Replication>{filtered}</Replication>"))
+
+
+def test_replicating_only_the_underlying_topic_to_an_archive_is_accepted() -> None:
+    """R8: the archive takes `orders`, not `work`: data only, no queue rules apply."""
+    load_config(queue_replication(to("archive", topics("orders"))))
+
+
+def test_passthrough_between_the_groups_a_queue_spans() -> None:
+    """R8 (seed 004's A -> B -> C): b replicates the queue to a and to c, so each of those
+    destinations passes the other's group through."""
+    text = queue_replication(
+        to("a", "<PassThrough>X</PassThrough>", group="A"),
+        to("c", group="C"),
+        group="B",
+    )
+    errors = errors_of(text)
+    paths = {(e.path, e.value) for e in errors}
+    assert paths == {
+        (f"{D}/PassThrough", "X"),
+        ("AMPSConfig/Replication/Destination[2]/PassThrough", None),
+    }
+    first = next(e for e in errors if e.path == f"{D}/PassThrough")
+    assert (
+        "a PassThrough matching group 'C': queue 'work' is replicated to a and with c (group C)"
+        in first.expected
+    )
+    load_config(
+        queue_replication(
+            to("a", "<PassThrough>C</PassThrough>", group="A"),
+            to("c", "<PassThrough>A</PassThrough>", group="C"),
+            group="B",
+        )
+    )
+
+
+def test_passthrough_within_the_instances_own_group() -> None:
+    """R8 (seed 004's X -> Y inside GroupOne): an instance passes its own group through to a
+    destination in that group; a destination in another group alone needs no PassThrough."""
+    assert_error(
+        queue_replication(to("y", group="One"), group="One"),
+        f"{D}/PassThrough",
+        "group 'One': queue 'work' is replicated to y and with this instance's own group One",
+    )
+    load_config(
+        queue_replication(to("y", "<PassThrough>One</PassThrough>", group="One"), group="One")
+    )
+    load_config(queue_replication(to("b", group="Two"), group="One"))
+
+
+def test_a_local_queue_needs_no_passthrough() -> None:
+    local = WORK_QUEUE.replace("Queue>", "LocalQueue>")
+    load_config(
+        document(f"<Group>One</Group>{local}<Replication>{to('y', group='One')}</Replication>")
+    )
+
+
 SCHEDULE = (
     "<On><Module>amps-action-on-schedule</Module><Options><Every>100ms</Every></Options></On>"
 )

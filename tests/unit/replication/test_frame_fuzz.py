@@ -19,6 +19,7 @@ from replication.frames import (
     Heartbeat,
     Hello,
     OriginPosition,
+    QueueDigest,
     Refusal,
     TopicDigest,
 )
@@ -60,6 +61,19 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
             sends=st.booleans(),
             topics=st.lists(st.builds(TopicDigest, TEXT, TEXT, TEXT), max_size=3).map(tuple),
             sync=st.booleans(),
+            queues=st.lists(
+                st.builds(
+                    QueueDigest,
+                    TEXT,
+                    TEXT,
+                    TEXT,
+                    TEXT,
+                    TEXT,
+                    TEXT,
+                    st.lists(st.tuples(TEXT, TEXT), max_size=3).map(tuple),
+                ),
+                max_size=3,
+            ).map(tuple),
         ),
         positions=st.lists(st.builds(OriginPosition, TEXT, U64, U64), max_size=3).map(tuple),
     ),
