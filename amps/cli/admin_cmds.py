@@ -316,6 +316,12 @@ def replication(
         click.echo("")
         for entry in heard:
             click.echo(f"heard from {entry['instance']} {entry['seconds_since_heard']:.1f} s ago")
+    links = body.get("links", []) if isinstance(body, dict) else []
+    refused = [(link["peer"], link["refused"]) for link in links if link.get("refused")]
+    if refused:
+        click.echo("")
+        for peer, refusal in refused:
+            click.echo(f"link with {peer} refused ({refusal['code']}): {refusal['message']}")
 
 
 def _sync_action(server: str, timeout_s: float, destination: str, verb: str) -> None:

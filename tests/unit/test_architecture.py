@@ -30,6 +30,7 @@ CORE_MODULES = [
     "replication/positions.py",
     "replication/reachability.py",
     "replication/routing.py",
+    "replication/topology.py",
     "replication/transfers.py",
 ]
 FORBIDDEN = {

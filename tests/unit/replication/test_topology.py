@@ -245,3 +245,14 @@ def test_a_hello_carries_every_queue_even_without_a_destination_for_the_peer() -
     )
     assert isinstance(hello, Hello)
     assert [q.name for q in hello.digest.queues] == ["work"]
+
+
+def test_a_refused_link_is_dialled_again_later_and_later_up_to_a_minute() -> None:
+    """A refused topology needs an operator: the dialler must not spin on it."""
+    from replication.link import MAX_REFUSED_RECONNECT_S, refused_reconnect_s
+
+    waits = [refused_reconnect_s(0.2, n) for n in range(12)]
+    assert waits[:4] == [0.2, 0.4, 0.8, 1.6]
+    assert waits == sorted(waits)
+    assert waits[-1] == MAX_REFUSED_RECONNECT_S
+    assert refused_reconnect_s(120.0, 3) == 120.0  # never below the ReconnectTimeout
