@@ -298,10 +298,7 @@ class Config:
         everything). A LocalQueue never does (R2)."""
         if queue.kind == "LocalQueue" or self.replication is None:
             return False
-        return any(
-            not destination.topics or any(t.matches(queue.name) for t in destination.topics)
-            for destination in self.replication.destinations
-        )
+        return any(d.takes(queue.name) for d in self.replication.destinations)
 
     def reserved_section(self, tag: str) -> RawElement | None:
         """A reserved section (Authentication, Logging, ...) as written, or None."""
