@@ -152,9 +152,11 @@ class QueueManager:
                     )
 
     def replicated_ack(self, record: QueueRecord) -> None:
-        """R1: a peer's queue acknowledgement, by bookmark; nothing when the queue is not here."""
+        """R1: a peer's queue acknowledgement, by bookmark; nothing when the queue is not here
+        or not replicated here (R2: a LocalQueue's copy is this instance's alone, even when a
+        peer's destination takes every topic and so sends its own LocalQueue's acks)."""
         driver = self.drivers.get(record.queue)
-        if driver is not None and record.bookmarks:
+        if driver is not None and driver.replicated and record.bookmarks:
             driver.ack_replicated(record.bookmarks)
 
     def sow(self, session: Session, command: pb.Command) -> None:

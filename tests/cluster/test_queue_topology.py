@@ -15,7 +15,7 @@ from tests.cluster.test_sync import replication_status
 from tests.cluster.test_topologies import QUEUE, queue_depth, wait_for_output
 from tests.harness.cluster import Cluster, Link, cluster, full_mesh, wait_until
 from tests.harness.instance import amps_cli
-from tests.harness.streams import more_within
+from tests.harness.streams import more_within, take
 
 # b's `work` stores its messages on another topic than a's.
 OTHER_UNDERLYING = QUEUE.replace("<UnderlyingTopic>orders<", "<UnderlyingTopic>jobs<")
@@ -112,3 +112,28 @@ async def test_an_archive_that_takes_only_the_underlying_topic_is_allowed(
     assert refusals(pair, "a") == {}
     assert refusals(pair, "archive") == {}
     assert await asyncio.to_thread(queue_depth, pair["a"]) == 5
+
+
+async def test_a_local_queue_keeps_its_copy_when_the_same_queue_is_acked_elsewhere(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """R2: a LocalQueue is never replicated: with every topic replicated (`.*` takes its name
+    too), an ack on a removes a's copy only; b still delivers its own."""
+    local = QUEUE.replace("<Queue>", "<LocalQueue>").replace("</Queue>", "</LocalQueue>")
+    pair = cluster(tmp_path, ["a", "b"])
+    clusters.append(pair)
+    pair.start(full_mesh(["a", "b"]), {"a": local, "b": local})
+    await publish(pair["a"], "pub-a", 3)
+    async with Client("consumer") as consumer:
+        await consumer.connect(pair["a"].address)
+        subscription = await consumer.subscribe("work")
+        for _ in range(3):
+            (message,) = await take(subscription, 1)
+            await message.ack()
+        await consumer.flush_acks()
+    await wait_until(lambda: queue_depth(pair["a"]) == 0)
+    # a's acks precede this publish in a's log, so b has them once it has the publish.
+    await publish(pair["a"], "pub-a", 1, start=4)
+    await wait_until(lambda: queue_depth(pair["a"]) == 1)
+    assert len(await read_all(pair["b"], 4)) == 4
+    assert await asyncio.to_thread(queue_depth, pair["b"]) == 4
