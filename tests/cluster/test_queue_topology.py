@@ -1,34 +1,26 @@
-"""Queue topologies refused at the link's handshake between real instances, and the archive
-that takes only a queue's underlying topic (issue 9: R8)."""
+"""Queue topologies refused at the link's handshake between real instances, the archive that
+takes only a queue's underlying topic, and a LocalQueue kept per instance (issue 9: R2, R8)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from amps.client import Client
 from tests.cluster.test_replication import publish, read_all
 from tests.cluster.test_sync import replication_status
-from tests.cluster.test_topologies import QUEUE, queue_depth, wait_for_output
+from tests.cluster.test_topologies import (  # the fixture too
+    QUEUE,
+    clusters,  # noqa: F401
+    queue_depth,
+    wait_for_output,
+)
 from tests.harness.cluster import Cluster, Link, cluster, full_mesh, wait_until
 from tests.harness.instance import amps_cli
 from tests.harness.streams import more_within, take
 
 # b's `work` stores its messages on another topic than a's.
 OTHER_UNDERLYING = QUEUE.replace("<UnderlyingTopic>orders<", "<UnderlyingTopic>jobs<")
-
-
-@pytest.fixture
-def clusters() -> Iterator[list[Cluster]]:
-    started: list[Cluster] = []
-    try:
-        yield started
-    finally:
-        for running in started:
-            running.kill()
 
 
 def refusals(running: Cluster, name: str) -> dict[str, dict[str, str]]:
@@ -39,7 +31,8 @@ def refusals(running: Cluster, name: str) -> dict[str, dict[str, str]]:
 
 
 async def test_a_queue_defined_differently_is_refused_on_both_sides_and_nothing_flows(
-    tmp_path: Path, clusters: list[Cluster]
+    tmp_path: Path,
+    clusters: list[Cluster],  # noqa: F811
 ) -> None:
     """R8: `work` is over `orders` on a and over `jobs` on b: the link is refused as
     queue_topology, both sides log a message naming both instances and the difference, the
@@ -77,7 +70,8 @@ async def test_a_queue_defined_differently_is_refused_on_both_sides_and_nothing_
 
 
 async def test_of_three_instances_only_the_links_to_the_one_without_the_queue_are_refused(
-    tmp_path: Path, clusters: list[Cluster]
+    tmp_path: Path,
+    clusters: list[Cluster],  # noqa: F811
 ) -> None:
     """R8: a and b define `work`, c does not (its `orders` is a plain topic): a <-> b carries
     the queue, a <-> c and b <-> c are refused, each naming c as the instance without it."""
@@ -100,7 +94,8 @@ async def test_of_three_instances_only_the_links_to_the_one_without_the_queue_ar
 
 
 async def test_an_archive_that_takes_only_the_underlying_topic_is_allowed(
-    tmp_path: Path, clusters: list[Cluster]
+    tmp_path: Path,
+    clusters: list[Cluster],  # noqa: F811
 ) -> None:
     """R8: a replicates `orders` (the queue `work`'s data), not `work`, to an archive without
     the queue: the link comes up and the archive records every message."""
@@ -115,7 +110,8 @@ async def test_an_archive_that_takes_only_the_underlying_topic_is_allowed(
 
 
 async def test_a_local_queue_keeps_its_copy_when_the_same_queue_is_acked_elsewhere(
-    tmp_path: Path, clusters: list[Cluster]
+    tmp_path: Path,
+    clusters: list[Cluster],  # noqa: F811
 ) -> None:
     """R2: a LocalQueue is never replicated: with every topic replicated (`.*` takes its name
     too), an ack on a removes a's copy only; b still delivers its own."""
