@@ -157,7 +157,8 @@ class Replicator:
         self.reachability = Reachability(config.name)
         replication = config.replication
         destinations = replication.destinations if replication is not None else ()
-        self.routes = {d.name: Route(config.name, d) for d in destinations}
+        local_queues = frozenset(q.name for q in config.queues if q.kind == "LocalQueue")
+        self.routes = {d.name: Route(config.name, d, local_queues) for d in destinations}
         self.topology = Topology(config.name, config.group, config.queues, destinations)
         if self.routes:
             instance.journal.keep_frames(KEPT_FRAMES_BYTES)

@@ -3,7 +3,7 @@
 Rule 1: publishes, queue acknowledgements (`sow_delete`, a QueueRecord ACK) and ownership
 records (a TransferRecord: a grant or a proxied claim, R5, R7) replicate; an ack or an ownership
 record matches a destination's Topic by its queue's name and ignores the Topic's Filter.
-Deliveries, leases, expiries and the rest of a queue's records stay local.
+Deliveries, leases, expiries, the rest of a queue's records and a LocalQueue's acks stay local.
 Rule 2: a record never goes back to its origin, and goes to a destination only when it
 originated here or its origin's group matches the destination's PassThrough. A record that
 reaches an instance twice (a triangle) is discarded there as a duplicate and never appended,
@@ -35,8 +35,12 @@ class _TopicRule:
 class Route:
     """The routing decision for one destination of instance `local`."""
 
-    def __init__(self, local: str, destination: DestinationConfig) -> None:
+    def __init__(
+        self, local: str, destination: DestinationConfig, local_queues: frozenset[str] = frozenset()
+    ) -> None:
         self.local = local
+        # R2: a LocalQueue's acks stay here, even where a Topic (`.*`) takes the queue's name.
+        self._local_queues = local_queues
         self.destination = destination.name
         self.group = destination.group
         self.pass_through = destination.pass_through
@@ -58,6 +62,7 @@ class Route:
         if isinstance(record, QueueRecord):
             return (
                 record.action == QueueAction.ACK
+                and record.queue not in self._local_queues
                 and self._origin_allows(record)
                 and (not self._rules or bool(self._rules_for(record.queue)))
             )

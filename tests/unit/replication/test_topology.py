@@ -256,3 +256,17 @@ def test_a_refused_link_is_dialled_again_later_and_later_up_to_a_minute() -> Non
     assert waits == sorted(waits)
     assert waits[-1] == MAX_REFUSED_RECONNECT_S
     assert refused_reconnect_s(120.0, 3) == 120.0  # never below the ReconnectTimeout
+
+
+def test_a_local_queues_acks_stay_here_even_where_every_topic_replicates() -> None:
+    """R2: a destination that takes every topic takes a LocalQueue's name too; its acks still
+    stay local (each instance delivers its own copy), while another queue's acks go."""
+    from amps.log.records import QueueAction, QueueRecord
+
+    route = Route("a", _to("b", "B"), frozenset({"mine"}))
+
+    def ack(queue: str) -> QueueRecord:
+        return QueueRecord(1, 0, queue, QueueAction.ACK, txids=(1,), origin_instance="a")
+
+    assert not route.wants(ack("mine"))
+    assert route.wants(ack("work"))
