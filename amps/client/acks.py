@@ -5,8 +5,9 @@ in order, so one `processed` ack confirms every ack sent before the one that ask
 most one request is outstanding, made at most every CONFIRM_EVERY_MS (a processed ack per ack
 would cost a frame per message at backlog 1). When the stream breaks, unconfirmed acks and those
 made since are sent again after the next logon, on the same or the next instance (D3): one
-whose message is already gone there does nothing, and one naming a message that instance never
-received is refused (UnknownBookmark) and dropped. Cancels are not sent again: the lost stream
+whose message is already gone there does nothing; one naming a message that instance has not
+received waits there for it when the queue is replicated (the deferred acks, up to
+DeferredAckExpiration), and is refused (UnknownBookmark) and dropped when it is not. Cancels are not sent again: the lost stream
 returned the message to the queue, which is what a cancel asks for (Q6).
 """
 

@@ -400,22 +400,10 @@ class QueueDriver:
             )
         else:
             pairs = parse_ack_bookmarks(bookmarks)
-            marks = self.instance.journal.marks
-            # One high-water look-up per publisher (acks name few publishers, many seqs).
-            highest = dict(pairs)  # each publisher once (C loops, no Python one per pair)
-            if len(highest) == 1:
-                highest[pairs[0][0]] = max(pairs)[1]  # one publisher: the highest pair
-            else:
-                highest = {}
-                for publisher_id, seq in pairs:
-                    if seq > highest.get(publisher_id, -1):
-                        highest[publisher_id] = seq
-            if any(seq > marks.high_water(p) for p, seq in highest.items()):
-                for publisher_id, seq in pairs:  # name the first unknown one, in list order
-                    if seq > marks.high_water(publisher_id):
-                        raise errors.UnknownBookmark(
-                            f"bookmark {publisher_id}|{seq}| was never published to this instance"
-                        )
+            # A replicated queue's message may be on its way from another instance (a consumer
+            # that failed over acks it here first): the engine defers the ack until it comes.
+            if not self.replicated:
+                self._check_published(pairs)
             event = Acked(session.client_id, pairs, option)
         statistics = self.instance.statistics
         delivered = statistics.delivered
@@ -425,6 +413,25 @@ class QueueDriver:
         hops.deliveries_after_ack += statistics.delivered - delivered
         hops.queue_ack_step.add(perf_counter_ns() - started_ns)
         return removed
+
+    def _check_published(self, pairs: list[tuple[int, int]]) -> None:
+        """UnknownBookmark for the first bookmark never published to this instance."""
+        marks = self.instance.journal.marks
+        # One high-water look-up per publisher (acks name few publishers, many seqs).
+        highest = dict(pairs)  # each publisher once (C loops, no Python one per pair)
+        if len(highest) == 1:
+            highest[pairs[0][0]] = max(pairs)[1]  # one publisher: the highest pair
+        else:
+            highest = {}
+            for publisher_id, seq in pairs:
+                if seq > highest.get(publisher_id, -1):
+                    highest[publisher_id] = seq
+        if any(seq > marks.high_water(p) for p, seq in highest.items()):
+            for publisher_id, seq in pairs:  # name the first unknown one, in list order
+                if seq > marks.high_water(publisher_id):
+                    raise errors.UnknownBookmark(
+                        f"bookmark {publisher_id}|{seq}| was never published to this instance"
+                    )
 
     def deliverable(self, limit: int) -> list[PublishRecord]:
         """Q19: the messages a `sow` of the queue returns; nothing is leased."""
