@@ -7,8 +7,9 @@ would cost a frame per message at backlog 1). When the stream breaks, unconfirme
 made since are sent again after the next logon, on the same or the next instance (D3): one
 whose message is already gone there does nothing; one naming a message that instance has not
 received waits there for it when the queue is replicated (the deferred acks, up to
-DeferredAckExpiration), and is refused (UnknownBookmark) and dropped when it is not. Cancels are not sent again: the lost stream
-returned the message to the queue, which is what a cancel asks for (Q6).
+DeferredAckExpiration), and is refused (UnknownBookmark) and dropped when it is not. Cancels
+are not sent again: the lost stream returned the message to the queue, which is what a cancel
+asks for (Q6).
 """
 
 from __future__ import annotations
