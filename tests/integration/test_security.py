@@ -180,3 +180,41 @@ async def test_no_password_appears_in_the_instance_output(
     output = "".join(instance.output)
     for secret in (*PASSWORDS.values(), "alice-Wrong-9"):
         assert secret not in output
+
+
+STRICT_QUEUE = QUEUE.replace("<LeasePeriod>", "<Leasing>strict</Leasing><LeasePeriod>")
+
+
+@pytest.mark.parametrize("leasing", ["strict", "sublet"])
+async def test_strict_leasing_keeps_another_users_lease_out_of_reach(
+    tmp_path: Path, leasing: str
+) -> None:
+    """Q10 with users: under `Leasing strict`, carol (read on everything) can acknowledge
+    neither by bookmark nor by filter the message leased to alice's subscription, only the
+    unleased one; under `sublet` she takes both. Client names are bound to users (S3), so
+    nobody else can act as alice's client."""
+    users_file = tmp_path / "users.toml"
+    write_users(users_file, ("alice", "carol"))
+    queue = STRICT_QUEUE if leasing == "strict" else QUEUE
+    extra = f"<Authentication><UsersFile>{users_file}</UsersFile></Authentication>{queue}"
+    instance = InstanceProcess(tmp_path / "amps", config_xml(extra=extra)).start()
+    try:
+        async with client("alice-lease", "alice") as alice, client("carol-ack", "carol") as carol:
+            await alice.connect(instance.address)
+            await carol.connect(instance.address)
+            for i in (1, 2):
+                await alice.publish("orders", f'{{"id":{i}}}')
+            await alice.flush(10)
+            leased = await alice.subscribe("work", max_backlog=1)
+            [held] = await take(leased, 1)
+            assert await carol.sow_delete("work", bookmark=held.bookmark) == (
+                0 if leasing == "strict" else 1
+            )
+            # The unleased message goes either way.
+            assert await carol.sow_delete("work", filter="1=1") == 1
+            assert await alice.sow("work") == []
+            if leasing == "strict":
+                # The lease holder itself still acknowledges its message.
+                assert await alice.sow_delete("work", bookmark=held.bookmark) == 1
+    finally:
+        instance.kill()
