@@ -16,10 +16,12 @@ AmpsError
 │   ├── NotEntitled
 │   ├── AuthenticationFailed  (unknown user and wrong password alike)
 │   ├── NotAQueue
-│   └── UnknownBookmark
+│   ├── UnknownBookmark
+│   └── LimitExceeded      (limit) a client limit of S5: subscriptions, bookmarks per ack
 ├── ServerError            the instance's or a peer's fault
 │   ├── Unavailable        retriable
-│   │   └── TransportDisabled  (transport) an administrator keeps clients out
+│   │   ├── TransportDisabled  (transport) an administrator keeps clients out
+│   │   └── TooManyConnections  the transport's MaxConnections are in use
 │   ├── CorruptRecord      (segment, offset)
 │   ├── JournalError       (fsync or write failure: fatal for the instance)
 │   └── OwnershipProtocolError  a peer or the adapter broke the ownership rules (R2-R7)
@@ -184,6 +186,17 @@ class UnknownBookmark(ClientError):
     reason = "invalid bookmark"
 
 
+class LimitExceeded(ClientError):
+    """A request past one of the client limits (S5); the connection stays up."""
+
+    code = "limit_exceeded"
+    reason = "limit exceeded"
+
+    def __init__(self, limit: str, detail: str) -> None:
+        super().__init__(f"{detail} ({limit})")
+        self.limit = limit
+
+
 class ServerError(AmpsError):
     """The instance (or a peer) failed; the request may succeed elsewhere or later."""
 
@@ -213,6 +226,13 @@ class TransportDisabled(Unavailable):
             f"until an administrator runs `amps admin transport enable {transport}`"
         )
         self.transport = transport
+
+
+class TooManyConnections(Unavailable):
+    """The client transport holds MaxConnections connections: refused, try later or elsewhere."""
+
+    code = "too_many_connections"
+    reason = "too many connections"
 
 
 class CorruptRecord(ServerError):

@@ -65,6 +65,22 @@ class AuthenticationConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientLimits:
+    """What one client transport allows its clients (S5); every bound has a safe default.
+
+    A connection past MaxConnections is refused (retriable: clients fail over); a subscription
+    past MaxSubscriptionsPerClient or an ack naming more than MaxBookmarksPerAck bookmarks gets
+    a failed ack; a connection not logged on within LogonTimeout, or logged on without any
+    subscription and silent for IdleTimeout (0 = never), is closed."""
+
+    max_connections: int = 1_000
+    max_subscriptions_per_client: int = 1_000
+    max_bookmarks_per_ack: int = 10_000
+    logon_timeout_ms: int = 10_000
+    idle_timeout_ms: int = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
 class TransportConfig:
     """`Transports/Transport`: a listener for clients (grpc) or for incoming replication."""
 
@@ -82,6 +98,7 @@ class TransportConfig:
     # destinations (amps.security.peers).
     allowed_instances: tuple[str, ...] = ()
     allowed_groups: tuple[str, ...] = ()
+    limits: ClientLimits = ClientLimits()
 
 
 @dataclass(frozen=True, slots=True)

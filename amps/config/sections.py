@@ -12,6 +12,7 @@ from amps.config.model import (
     REPLICATION_TYPES,
     AdminConfig,
     AuthenticationConfig,
+    ClientLimits,
     InetAddr,
     MessageType,
     TlsConfig,
@@ -94,6 +95,13 @@ def parse_name(text: str) -> str:
 
 TLS_ELEMENTS = ("Certificate", "PrivateKey", "CAFile", "VerifyClient")
 PEER_ELEMENTS = ("AllowedInstance", "AllowedGroup")
+LIMIT_ELEMENTS = (
+    "MaxConnections",
+    "MaxSubscriptionsPerClient",
+    "MaxBookmarksPerAck",
+    "LogonTimeout",
+    "IdleTimeout",
+)
 
 
 def parse_admin(reader: Reader, path: str, element: Element) -> AdminConfig:
@@ -188,6 +196,7 @@ def _parse_transport(reader: Reader, path: str, element: Element) -> TransportCo
             "InitialState",
             "Authentication",
             *TLS_ELEMENTS,
+            *LIMIT_ELEMENTS,
         ),
         repeated=PEER_ELEMENTS,
     )
@@ -228,6 +237,7 @@ def _parse_transport(reader: Reader, path: str, element: Element) -> TransportCo
                 "mutual TLS: Type amps-replication-secure)",
             )
     allowed = {tag: _peer_names(reader, fields, tag, kind) for tag in PEER_ELEMENTS}
+    limits = _parse_limits(reader, path, fields, kind)
     return TransportConfig(
         name,
         cast(TransportType, kind),
@@ -238,6 +248,44 @@ def _parse_transport(reader: Reader, path: str, element: Element) -> TransportCo
         authentication=authentication,
         allowed_instances=allowed["AllowedInstance"],
         allowed_groups=allowed["AllowedGroup"],
+        limits=limits,
+    )
+
+
+def _parse_limits(reader: Reader, path: str, fields: Children, kind: str) -> ClientLimits:
+    """The client limits of a grpc transport (S5): each element optional, defaults in
+    ClientLimits."""
+    if kind != "grpc":
+        for tag in LIMIT_ELEMENTS:
+            if fields.has(tag):
+                reader.error(f"{path}/{tag}", kind, f"{tag} on a grpc transport only")
+        return ClientLimits()
+    default = ClientLimits()
+    return ClientLimits(
+        max_connections=reader.value(
+            fields, "MaxConnections", count(1, 1_000_000), default.max_connections
+        ),
+        max_subscriptions_per_client=reader.value(
+            fields,
+            "MaxSubscriptionsPerClient",
+            count(1, 1_000_000),
+            default.max_subscriptions_per_client,
+        ),
+        max_bookmarks_per_ack=reader.value(
+            fields, "MaxBookmarksPerAck", count(1, 1_000_000), default.max_bookmarks_per_ack
+        ),
+        logon_timeout_ms=reader.value(
+            fields,
+            "LogonTimeout",
+            duration(1_000_000, 100_000_000, "100ms", 3_600 * 10**9, "1h"),
+            default.logon_timeout_ms,
+        ),
+        idle_timeout_ms=reader.value(
+            fields,
+            "IdleTimeout",
+            duration(1_000_000, 0, "0"),
+            default.idle_timeout_ms,
+        ),
     )
 
 

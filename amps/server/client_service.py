@@ -10,8 +10,9 @@ from time import perf_counter_ns
 import grpc
 
 from amps import errors
+from amps.config.model import ClientLimits
 from amps.log.bookmarks import parse_bookmark_spec
-from amps.server.convert import requested, success_ack
+from amps.server.convert import grpc_status_for, requested, success_ack
 from amps.server.instance import Instance, now_us
 from amps.server.replay import replay
 from amps.server.session import Session, Subscription
@@ -34,6 +35,8 @@ class ClientService(client_pb2_grpc.AmpsServicer):
 
     def __init__(self, instance: Instance) -> None:
         self.instance = instance
+        transport = instance.config.grpc_transport
+        self.limits = transport.limits if transport is not None else ClientLimits()
         self._handlers: dict[str, Handler] = {
             "logon": self._on_logon,
             "subscribe": self._on_subscribe,
@@ -48,10 +51,20 @@ class ClientService(client_pb2_grpc.AmpsServicer):
         self, request_iterator: AsyncIterator[pb.ClientFrame], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         """Yields encoded ServerFrames (bytes); see add_to_server."""
+        if len(self.instance.sessions) >= self.limits.max_connections:
+            # S5: refused before any state is kept; UNAVAILABLE, so clients fail over.
+            self.instance.statistics.rejected += 1
+            refusal = errors.TooManyConnections(
+                f"this transport holds its MaxConnections ({self.limits.max_connections}) "
+                "connections; try again later or another instance"
+            )
+            await context.abort(grpc_status_for(refusal), f"{refusal.reason}: {refusal.message}")
         session = Session(self.instance.send_budget, context.peer(), self.instance.disconnected)
         session.outbox.hops = self.instance.statistics.hops
         self.instance.sessions.add(session)
+        session.last_receive_monotonic = asyncio.get_running_loop().time()
         reader = asyncio.create_task(self._read(session, request_iterator))
+        watchdog = asyncio.create_task(_watch_timeouts(session, self.limits))
         # A slow consumer's leases and subscriptions end as soon as it is cut, not when gRPC gets
         # to write the status behind frames the client may never read (grpc.aio cannot reset
         # one stream; a cancelled handler would leave the client waiting without any status).
@@ -64,6 +77,7 @@ class ClientService(client_pb2_grpc.AmpsServicer):
                 await context.abort(abort[0], abort[1])
         finally:
             reader.cancel()
+            watchdog.cancel()
             self.instance.disconnected(session)
 
     async def _read(self, session: Session, frames: AsyncIterator[pb.ClientFrame]) -> None:
@@ -183,6 +197,13 @@ class ClientService(client_pb2_grpc.AmpsServicer):
         entitlements = session.entitlements
         if entitlements is not None and not is_regex(request.topic):
             _require_read(session, request.topic)
+        held = len(session.subscriptions) + len(session.queue_subscriptions)
+        limit = self.limits.max_subscriptions_per_client
+        if held >= limit and sub_id not in session.subscriptions:
+            raise errors.LimitExceeded(
+                f"MaxSubscriptionsPerClient {limit}",
+                f"this connection already holds {held} subscriptions; unsubscribe first",
+            )
         if not request.bookmark and request.topic in queues:
             # Q2, Q4: a subscription to a queue's name without a bookmark is a queue subscription.
             queues.subscribe(session, command, sub_id)
@@ -264,6 +285,13 @@ class ClientService(client_pb2_grpc.AmpsServicer):
     def _on_sow_delete(self, session: Session, command: pb.Command) -> None:
         # Q18: read on a queue entitles to acknowledging its messages.
         _require_read(session, command.sow_delete.topic)
+        bookmarks = command.sow_delete.bookmark
+        limit = self.limits.max_bookmarks_per_ack
+        if bookmarks and bookmarks.count(",") >= limit:
+            raise errors.LimitExceeded(
+                f"MaxBookmarksPerAck {limit}",
+                f"a sow_delete names {bookmarks.count(',') + 1} bookmarks; send them in batches",
+            )
         self.instance.sow_delete(session, command)
 
     def _on_sow(self, session: Session, command: pb.Command) -> None:
@@ -297,6 +325,29 @@ def add_to_server(service: ClientService, server: grpc.aio.Server) -> None:
 
 def _frame_bytes(frame: bytes) -> bytes:
     return frame
+
+
+async def _watch_timeouts(session: Session, limits: ClientLimits) -> None:
+    """S5: close a connection not logged on within LogonTimeout, and one with no subscription
+    that sent nothing for IdleTimeout (0 = never)."""
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(limits.logon_timeout_ms / 1000)
+    if not session.logged_on:
+        session.kick(
+            errors.LogonRequired(f"no logon within {limits.logon_timeout_ms} ms (LogonTimeout)")
+        )
+        return
+    idle_s = limits.idle_timeout_ms / 1000
+    while idle_s > 0 and not session.outbox.closed:
+        silent_s = loop.time() - session.last_receive_monotonic
+        if silent_s >= idle_s and not (session.subscriptions or session.queue_subscriptions):
+            session.kick(
+                errors.ConnectionBroken(
+                    f"no command and no subscription for {limits.idle_timeout_ms} ms (IdleTimeout)"
+                )
+            )
+            return
+        await asyncio.sleep(max(idle_s - silent_s, idle_s / 10))
 
 
 async def _heartbeat(session: Session, interval_s: float) -> None:

@@ -191,8 +191,8 @@ async def test_strict_leasing_keeps_another_users_lease_out_of_reach(
 ) -> None:
     """Q10 with users: under `Leasing strict`, carol (read on everything) can acknowledge
     neither by bookmark nor by filter the message leased to alice's subscription, only the
-    unleased one; under `sublet` she takes both. Client names are bound to users (S3), so
-    nobody else can act as alice's client."""
+    unleased one; under `sublet` she takes both. A lease belongs to the connection it was
+    given to (Q6)."""
     users_file = tmp_path / "users.toml"
     write_users(users_file, ("alice", "carol"))
     queue = STRICT_QUEUE if leasing == "strict" else QUEUE

@@ -1,0 +1,150 @@
+"""S5: the client limits of a transport, each at its boundary, on a real instance (issue 12)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from amps import errors
+from amps.client import Client
+from amps.client.commands import logon_command
+from amps.v1 import client_pb2 as pb
+from tests.harness.instance import InstanceProcess, config_xml
+
+LIMITS = (
+    "<MaxConnections>2</MaxConnections><MaxSubscriptionsPerClient>2</MaxSubscriptionsPerClient>"
+    "<MaxBookmarksPerAck>3</MaxBookmarksPerAck><LogonTimeout>300ms</LogonTimeout>"
+    "<IdleTimeout>600ms</IdleTimeout>"
+)
+QUEUE = """<SOW><Queue><Name>work</Name><MessageType>json</MessageType>
+<UnderlyingTopic>orders</UnderlyingTopic><LeasePeriod>30s</LeasePeriod></Queue></SOW>"""
+# Long enough for any of the limits above to have acted, on a loaded machine.
+QUIET_S = 2.0
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[InstanceProcess]:
+    text = config_xml(extra=QUEUE).replace(
+        "</InetAddr></Transport>", f"</InetAddr>{LIMITS}</Transport>"
+    )
+    process = InstanceProcess(tmp_path / "amps", text).start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+class RawStream:
+    """A bare Connect stream: frames sent as given, the server's frames and status read."""
+
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.aio.insecure_channel(address)
+        self.outgoing: asyncio.Queue[pb.ClientFrame | None] = asyncio.Queue()
+        self.call = self.channel.stream_stream(
+            "/amps.v1.Amps/Connect",
+            request_serializer=pb.ClientFrame.SerializeToString,
+            response_deserializer=pb.ServerFrame.FromString,
+        )(self._requests())
+
+    async def _requests(self) -> AsyncIterator[pb.ClientFrame]:
+        while (frame := await self.outgoing.get()) is not None:
+            yield frame
+
+    def send(self, *commands: pb.Command) -> None:
+        self.outgoing.put_nowait(pb.ClientFrame(commands=list(commands)))
+
+    async def ended(self) -> tuple[grpc.StatusCode, str]:
+        """Read until the server ends the stream: its status code and details."""
+        try:
+            async for _ in self.call:
+                pass
+        except grpc.aio.AioRpcError as error:
+            return error.code(), error.details() or ""
+        return await self.call.code(), await self.call.details()
+
+    async def close(self) -> None:
+        self.outgoing.put_nowait(None)
+        self.call.cancel()
+        await self.channel.close()
+
+
+async def test_a_connection_past_max_connections_is_refused_until_one_leaves(
+    instance: InstanceProcess,
+) -> None:
+    first = Client("c1", reconnect=False)
+    second = Client("c2", reconnect=False)
+    await first.connect(instance.address)
+    await second.connect(instance.address)
+    try:
+        third = RawStream(instance.address)
+        code, details = await asyncio.wait_for(third.ended(), 30)
+        await third.close()
+        assert code == grpc.StatusCode.UNAVAILABLE
+        assert "too many connections" in details
+        assert "MaxConnections (2)" in details
+    finally:
+        await second.close()
+    async with Client("c3", reconnect=False) as again:
+        await again.connect(instance.address)  # the second one's place is free again
+    await first.close()
+
+
+async def test_a_subscription_past_the_limit_is_refused_and_one_more_fits_after_unsubscribe(
+    instance: InstanceProcess,
+) -> None:
+    async with Client("subscriber", reconnect=False) as client:
+        await client.connect(instance.address)
+        first = await client.subscribe("a")
+        await client.subscribe("work")  # queue subscriptions count too
+        with pytest.raises(errors.LimitExceeded, match=r"MaxSubscriptionsPerClient 2"):
+            await client.subscribe("b")
+        await first.unsubscribe()
+        await client.subscribe("b")
+
+
+async def test_an_ack_naming_more_bookmarks_than_the_limit_is_refused(
+    instance: InstanceProcess,
+) -> None:
+    async with Client("acker", reconnect=False) as client:
+        await client.connect(instance.address)
+        for i in range(4):
+            await client.publish("orders", f'{{"id":{i}}}')
+        await client.flush(10)
+        bookmarks = [message.bookmark for message in await client.sow("work")]
+        assert len(bookmarks) == 4
+        with pytest.raises(errors.LimitExceeded, match=r"names 4 bookmarks.*MaxBookmarksPerAck 3"):
+            await client.sow_delete("work", bookmark=",".join(bookmarks))
+        assert await client.sow_delete("work", bookmark=",".join(bookmarks[:3])) == 3
+
+
+async def test_a_connection_without_logon_is_closed_after_the_logon_timeout(
+    instance: InstanceProcess,
+) -> None:
+    silent = RawStream(instance.address)
+    code, details = await asyncio.wait_for(silent.ended(), 30)
+    await silent.close()
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "no logon within 300 ms (LogonTimeout)" in details
+
+
+async def test_an_idle_connection_is_closed_but_a_subscriber_is_not(
+    instance: InstanceProcess,
+) -> None:
+    idle = RawStream(instance.address)
+    idle.send(logon_command("1", "idle", "", ""))
+    subscriber = RawStream(instance.address)
+    subscribe = pb.Command(cmd_id="2", subscribe=pb.Subscribe(topic="quiet", sub_id="s"))
+    subscriber.send(logon_command("1", "subscriber", "", ""), subscribe)
+    try:
+        code, details = await asyncio.wait_for(idle.ended(), 30)
+        assert "(IdleTimeout)" in details, (code, details)
+        # The subscriber, as silent, stays connected well past the idle timeout.
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(subscriber.ended()), QUIET_S)
+    finally:
+        await idle.close()
+        await subscriber.close()
