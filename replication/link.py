@@ -25,7 +25,7 @@ from amps.config.actions import DO_DOWNGRADE, DO_UPGRADE, ON_SCHEDULE, interval_
 from amps.errors import CorruptRecord
 from amps.log.records import Record
 from amps.security.peers import PeerAllowList
-from amps.security.tls import grpc_channel_credentials, grpc_server_credentials
+from amps.security.reload import ReloadableChannelTls, ReloadableServerTls
 from amps.v1 import replication_pb2 as pb
 from amps.v1 import replication_pb2_grpc as pb_grpc
 from replication.convert import BadFrame, from_pb, to_pb
@@ -149,6 +149,7 @@ class Replicator:
         self.config = config
         self.instance = instance
         self.local = config.name
+        self._tls: list[ReloadableServerTls | ReloadableChannelTls] = []
         # Who may link here (None: plaintext replication without an explicit list).
         self._allowed_peers = PeerAllowList.from_config(config)
         self._positions_path = directory / POSITIONS_FILE
@@ -176,6 +177,20 @@ class Replicator:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    def _credentials(self, tls: TlsConfig | None) -> ReloadableChannelTls | None:
+        """This side's certificate and the CA for an amps-replication-secure destination."""
+        if tls is None:
+            return None
+        channel_tls = ReloadableChannelTls(tls)
+        self._tls.append(channel_tls)
+        return channel_tls
+
+    def reload_tls(self) -> None:
+        """Read every replication certificate again (SIGHUP); ConfigError names a bad file and
+        leaves the ones in use."""
+        for holder in self._tls:
+            holder.reload()
+
     async def start(self) -> None:
         transport = self.config.replication_transport
         if transport is not None:
@@ -187,15 +202,18 @@ class Replicator:
             else:
                 # Mutual TLS: a peer without a certificate from CAFile cannot even connect.
                 path = f"AMPSConfig/Transports/Transport[{transport.name}]"
-                credentials = grpc_server_credentials(transport.tls, path)
-                self.port = server.add_secure_port(address, credentials)
+                server_tls = ReloadableServerTls(transport.tls, path)
+                self._tls.append(server_tls)
+                self.port = server.add_secure_port(address, server_tls.credentials())
             await server.start()
             self._server = server
         replication = self.config.replication
         for destination in replication.destinations if replication is not None else ():
             # Credentials are built once, here: a bad file stops the start (exit 78).
             addrs = [
-                (str(a), _credentials(t.tls)) for t in destination.transports for a in t.inet_addrs
+                (str(a), self._credentials(t.tls))
+                for t in destination.transports
+                for a in t.inet_addrs
             ]
             timeouts = [t.reconnect_timeout_ms for t in destination.transports]
             delay_s = next((t / 1000 for t in timeouts if t), DEFAULT_RECONNECT_S)
@@ -385,13 +403,14 @@ class Replicator:
     # -- streams -----------------------------------------------------------------------------
 
     async def _dial_loop(
-        self, peer: str, addrs: list[tuple[str, grpc.ChannelCredentials | None]], delay_s: float
+        self, peer: str, addrs: list[tuple[str, ReloadableChannelTls | None]], delay_s: float
     ) -> None:
         core = self._core(peer)
         refused = 0  # refusals in a row, each doubling the wait
         while not self._stopping:
             was_refused = False
-            for addr, credentials in addrs:
+            for addr, tls in addrs:
+                credentials = tls.credentials if tls is not None else None
                 if core.state is not LinkState.IDLE:
                     await self._idle[peer].wait()
                     continue
@@ -702,13 +721,6 @@ class _ServerStream:
 
     async def write(self, message: pb.LinkFrame) -> None:
         await self._context.write(message)
-
-
-def _credentials(tls: TlsConfig | None) -> grpc.ChannelCredentials | None:
-    """This side's certificate and the CA for an amps-replication-secure destination."""
-    if tls is None:
-        return None
-    return grpc_channel_credentials(tls.ca_file or "", tls.certificate, tls.private_key)
 
 
 def _channel(addr: str, peer: str, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:

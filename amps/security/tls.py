@@ -18,7 +18,8 @@ from amps.config.model import TlsConfig
 StrPath = str | os.PathLike[str]
 
 
-def _read(config_path: str, file: StrPath) -> bytes:
+def read_pem(config_path: str, file: StrPath) -> bytes:
+    """The bytes of a PEM file; ConfigError naming the element when it cannot be read."""
     try:
         return Path(file).read_bytes()
     except OSError as error:
@@ -50,17 +51,6 @@ def server_ssl_context(tls: TlsConfig, config_path: str) -> ssl.SSLContext:
     return context
 
 
-def grpc_server_credentials(tls: TlsConfig, config_path: str) -> grpc.ServerCredentials:
-    """gRPC server credentials for a transport (the files are checked by loading them once)."""
-    server_ssl_context(tls, config_path)  # a precise ConfigError for a bad pair or CA file
-    key = _read(f"{config_path}/PrivateKey", tls.private_key)
-    chain = _read(f"{config_path}/Certificate", tls.certificate)
-    ca = _read(f"{config_path}/CAFile", tls.ca_file) if tls.ca_file is not None else None
-    return grpc.ssl_server_credentials(
-        [(key, chain)], root_certificates=ca, require_client_auth=tls.verify_client
-    )
-
-
 def grpc_channel_credentials(
     ca_file: StrPath, cert_file: StrPath | None = None, key_file: StrPath | None = None
 ) -> grpc.ChannelCredentials:
@@ -68,9 +58,9 @@ def grpc_channel_credentials(
     if (cert_file is None) != (key_file is None):
         raise ValueError("a client certificate needs both tls_cert and tls_key")
     return grpc.ssl_channel_credentials(
-        root_certificates=_read("--tls-ca", ca_file),
-        private_key=_read("--tls-key", key_file) if key_file is not None else None,
-        certificate_chain=_read("--tls-cert", cert_file) if cert_file is not None else None,
+        root_certificates=read_pem("--tls-ca", ca_file),
+        private_key=read_pem("--tls-key", key_file) if key_file is not None else None,
+        certificate_chain=read_pem("--tls-cert", cert_file) if cert_file is not None else None,
     )
 
 

@@ -13,6 +13,7 @@ import gc
 import logging
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -27,7 +28,7 @@ from amps.config import Config
 from amps.config.exposure import exposures, open_listeners
 from amps.config.model import AuthenticationConfig, TlsConfig
 from amps.log.journal import Journal
-from amps.security.tls import grpc_server_credentials, server_ssl_context
+from amps.security.reload import ReloadableAdminTls, ReloadableServerTls
 from amps.server.admin_auth import AdminGuard
 from amps.server.admin_http import AdminHttpServer, PrefixRoute
 from amps.server.admin_routes import QUEUE_ACTIONS_PATH, QUEUES_PATH, QueueRoutes
@@ -116,6 +117,8 @@ class Server:
         self.replicator: Replicator | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._authenticators: dict[str, Authenticator] = {}
+        # Listeners' certificates that SIGHUP reads again (amps.security.reload).
+        self._tls: dict[str, ReloadableServerTls | ReloadableAdminTls] = {}
         self._admin_authenticator: Authenticator | None = None
 
     def _journal_directory(self) -> Path:
@@ -163,6 +166,28 @@ class Server:
             except errors.ConfigError as exc:
                 fatal(FatalReason.CONFIG_INVALID, exc.message)
         return self._authenticators[users_file]
+
+    def _admin_tls(self, tls: TlsConfig) -> ssl.SSLContext:
+        admin_tls = ReloadableAdminTls(tls, "AMPSConfig/Admin")
+        self._tls["admin"] = admin_tls
+        return admin_tls.context
+
+    def reload_tls(self) -> None:
+        """SIGHUP: read every certificate, key and CA file again. A holder whose files are not
+        a usable pair keeps the ones in use and says why; the others are replaced."""
+        holders: dict[str, Callable[[], None]] = {n: h.reload for n, h in self._tls.items()}
+        if self.replicator is not None:
+            holders["replication"] = self.replicator.reload_tls
+        if not holders:
+            log.info("SIGHUP: no TLS listener or destination to reload")
+            return
+        for name, reload in holders.items():
+            try:
+                reload()
+            except (errors.ConfigError, RuntimeError) as exc:
+                log.error("%s certificates not reloaded, the previous ones stay: %s", name, exc)
+            else:
+                log.info("%s certificates reloaded", name)
 
     def _check_ports_free(self) -> None:
         """Refuse a port another process listens on before anything is written to disk.
@@ -283,13 +308,14 @@ class Server:
             if transport.tls is None:
                 self.grpc_port = server.add_insecure_port(address)
             else:
-                credentials = _tls_or_fatal(
-                    lambda tls: grpc_server_credentials(
+                server_tls = _tls_or_fatal(
+                    lambda tls: ReloadableServerTls(
                         tls, f"AMPSConfig/Transports/Transport[{transport.name}]"
                     ),
                     transport.tls,
                 )
-                self.grpc_port = server.add_secure_port(address, credentials)
+                self._tls["client transport"] = server_tls
+                self.grpc_port = server.add_secure_port(address, server_tls.credentials())
         except RuntimeError as exc:
             fatal(FatalReason.ADDRESS_IN_USE, f"cannot listen on {address}: {exc}")
         await server.start()
@@ -383,7 +409,7 @@ class Server:
         context = (
             None
             if admin.tls is None
-            else _tls_or_fatal(lambda tls: server_ssl_context(tls, "AMPSConfig/Admin"), admin.tls)
+            else _tls_or_fatal(lambda tls: self._admin_tls(tls), admin.tls)
         )
         try:
             self.admin_port = await self._admin.start(
@@ -523,6 +549,7 @@ async def serve(config: Config, base_directory: Path) -> None:
     stop_requested = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_tls)
     await stop_requested.wait()
     log.info("stopping instance %s", config.name)
     await server.stop()
