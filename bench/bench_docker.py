@@ -39,10 +39,13 @@ from tests.harness.instance import process_env
 INSTANCES = ("amps-1", "amps-2", "amps-3")
 
 
-async def durable_publish(addresses: list[str], count: int) -> float:
-    """Seconds to publish `count` 1 KB messages and have them all persisted (L2)."""
+async def durable_publish(addresses: list[str], count: int, password: str = "") -> float:
+    """Seconds to publish `count` 1 KB messages and have them all persisted (L2); `password`
+    is the compose deployment's admin password (the local cluster has no users)."""
     payloads = json_payloads()
-    async with Client(f"bench-docker-{uuid.uuid4().hex[:6]}") as client:
+    user = "admin" if password else ""
+    name = f"bench-docker-{uuid.uuid4().hex[:6]}"
+    async with Client(name, user=user, password=password) as client:
         await client.connect(addresses)
         started = time.perf_counter()
         for i in range(count):
@@ -85,10 +88,10 @@ def local_cluster() -> Iterator[list[str]]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def failover_s(addresses: list[str], victim: str) -> tuple[float, float]:
+async def failover_s(addresses: list[str], victim: str, password: str) -> tuple[float, float]:
     """(kill -> first publish accepted elsewhere, kill -> next persisted ack): a publisher at
     ~1,000 msg/s through the first address while its container is killed."""
-    async with Client("bench-docker-failover") as client:
+    async with Client("bench-docker-failover", user="admin", password=password) as client:
         await client.connect(addresses)
         for n in range(200):
             await client.publish("bench-failover", f'{{"n":{n}}}')
@@ -129,6 +132,13 @@ def main() -> None:
         names += [f"AMPS_{n}_ADMIN_PORT" for n in (1, 2, 3)] + ["PROMETHEUS_PORT"]
         env = dict(zip(names, map(str, ports), strict=True))
         env["AMPS_IMAGE"] = tag
+        # The deployment's certificates and admin password (issue 12), made for this run.
+        secrets = work / "secrets"
+        run([str(DEPLOY / "make-secrets.sh"), str(secrets)])
+        env["AMPS_SECRETS"] = str(secrets)
+        password = dict(
+            line.split("=", 1) for line in (secrets / "amps.env").read_text().splitlines()
+        )["AMPS_ADMIN_PASSWORD"]
         env["PROMETHEUS_IMAGE"] = os.environ.get(
             "PROMETHEUS_IMAGE", engine_env().get("PROMETHEUS_IMAGE", "prom/prometheus:v2.53.2")
         )
@@ -141,16 +151,18 @@ def main() -> None:
         print(f"up -d to three healthy instances: {time.perf_counter() - started:.1f} s")
         try:
             containers = [f"127.0.0.1:{port}" for port in ports[:3]]
-            in_containers = asyncio.run(durable_publish(containers[:1], args.messages))
+            in_containers = asyncio.run(durable_publish(containers[:1], args.messages, password))
             with local_cluster() as local:
                 on_loopback = asyncio.run(durable_publish(local[:1], args.messages))
             print(
-                "durable publish, 1 KB, sync full mesh, one client: containers "
-                f"{rate(args.messages, in_containers)}; local processes "
+                "durable publish, 1 KB, sync full mesh, one client: containers (users, mTLS "
+                f"between them) {rate(args.messages, in_containers)}; local processes "
+                "(make cluster: plaintext, no users) "
                 f"{rate(args.messages, on_loopback)}; "
                 f"containers/local {on_loopback / in_containers:.2f}"
             )
-            reconnect_s, ack_s = asyncio.run(failover_s(containers, compose.container("amps-1")))
+            victim = compose.container("amps-1")
+            reconnect_s, ack_s = asyncio.run(failover_s(containers, victim, password))
             print(
                 "docker kill of the publisher's instance: publishing again after "
                 f"{reconnect_s:.2f} s, next persisted ack after {ack_s:.2f} s"

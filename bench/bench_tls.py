@@ -9,8 +9,9 @@ as a ratio. Prints; asserts nothing.
    `amps-replication-secure` (mutual TLS both ways): every persisted ack waits for the link;
 3. catch-up: an instance that missed N messages replays them over each kind of link.
 
-Plaintext and TLS runs alternate, R rounds each, and the median of each is reported: the
-machine is shared with other work, so read the ratios, not the absolute rates.
+Plaintext and TLS runs alternate, R rounds each, and the median of each is reported, with the
+CPU each message cost the instances (user + system time from /proc) and the client: the machine
+is shared with other work, so read the ratios (CPU per message varies much less than rates).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from amps.client import Client
+from bench.bench_broker import process_cpu_s
 from bench.common import json_payloads
 from tests.harness.cluster import Link, cluster_configs, free_ports
 from tests.harness.instance import InstanceProcess, config_xml
@@ -67,21 +70,37 @@ def instances(configs: dict[str, str]) -> Iterator[dict[str, InstanceProcess]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def _publish(address: str, count: int, name: str, ca: Path | None) -> float:
-    """Publish `count` 1 KB messages and flush; messages per second, persisted."""
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One measured run: messages per second, and CPU microseconds per message spent by the
+    instances involved and by the client."""
+
+    rate: float
+    server_us: float
+    client_us: float
+
+
+async def _publish(address: str, count: int, name: str, ca: Path | None) -> tuple[float, float]:
+    """Publish `count` 1 KB messages and flush: (wall seconds, client CPU seconds)."""
     payloads = json_payloads()
     mask = len(payloads) - 1
     async with Client(name, tls_ca=ca) as client:
         await client.connect(address, timeout_s=30)
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), time.process_time()
         for index in range(count):
             await client.publish(TOPIC, payloads[index & mask])
         await client.flush(timeout_s=PHASE_TIMEOUT_S)
-        return count / (time.monotonic() - started)
+        return time.monotonic() - started, time.process_time() - cpu_started
 
 
-def publish_rate(address: str, count: int, name: str, ca: Path | None = None) -> float:
-    return asyncio.run(_publish(address, count, name, ca))
+def publish_run(
+    servers: list[InstanceProcess], count: int, name: str, ca: Path | None = None
+) -> Run:
+    """Publish through the first of `servers`; CPU counted over all of them."""
+    before = sum(process_cpu_s(server) for server in servers)
+    seconds, client_s = asyncio.run(_publish(servers[0].address, count, name, ca))
+    server_s = sum(process_cpu_s(server) for server in servers) - before
+    return Run(count / seconds, server_s / count * 1e6, client_s / count * 1e6)
 
 
 async def _read(address: str, count: int, name: str) -> None:
@@ -101,15 +120,17 @@ def client_transport(certs: Path, messages: int, rounds: int) -> None:
     tls_text = config_xml(name="tls").replace(
         "</InetAddr></Transport>", f"</InetAddr>{tls}</Transport>"
     )
+    ca = certs / "ca.pem"
     with instances({"plain": plain_text, "tls": tls_text}) as running:
-        plain, secure = running["plain"].address, running["tls"].address
-        publish_rate(plain, messages // 4, "warm-plain")
-        publish_rate(secure, messages // 4, "warm-tls", certs / "ca.pem")
-        plain_rates, tls_rates = [], []
+        plain, secure = [running["plain"]], [running["tls"]]
+        publish_run(plain, messages // 4, "warm-plain")
+        publish_run(secure, messages // 4, "warm-tls", ca)
+        plain_runs: list[Run] = []
+        tls_runs: list[Run] = []
         for round_ in range(rounds):
-            plain_rates.append(publish_rate(plain, messages, f"plain-{round_}"))
-            tls_rates.append(publish_rate(secure, messages, f"tls-{round_}", certs / "ca.pem"))
-    report("durable publish, 1 client, client transport", plain_rates, tls_rates, "TLS")
+            plain_runs.append(publish_run(plain, messages, f"plain-{round_}"))
+            tls_runs.append(publish_run(secure, messages, f"tls-{round_}", ca))
+    report("durable publish, 1 client, client transport", plain_runs, tls_runs, "TLS")
 
 
 def pair_configs(certs: Path | None, sync: bool) -> dict[str, str]:
@@ -131,38 +152,56 @@ def pair_configs(certs: Path | None, sync: bool) -> dict[str, str]:
 
 
 def replication(certs: Path, messages: int, rounds: int) -> None:
-    plain_rates, tls_rates = [], []
+    plain_runs: list[Run] = []
+    tls_runs: list[Run] = []
     for round_ in range(rounds):
-        for kind, rates in (("plain", plain_rates), ("mtls", tls_rates)):
+        for kind, runs in (("plain", plain_runs), ("mtls", tls_runs)):
             with instances(pair_configs(certs if kind == "mtls" else None, sync=True)) as pair:
-                rates.append(publish_rate(pair["a"].address, messages, f"sync-{kind}-{round_}"))
-    report("durable publish, 1 client, one sync destination", plain_rates, tls_rates, "mTLS")
+                servers = [pair["a"], pair["b"]]
+                runs.append(publish_run(servers, messages, f"sync-{kind}-{round_}"))
+    report("durable publish, 1 client, one sync destination", plain_runs, tls_runs, "mTLS")
 
 
 def catch_up(certs: Path, messages: int, rounds: int) -> None:
-    """b starts after a holds `messages`: how fast b receives them over the link."""
-    plain_rates, tls_rates = [], []
+    """b starts after a holds `messages`: how fast a client of b receives them all."""
+    plain_runs: list[Run] = []
+    tls_runs: list[Run] = []
     for round_ in range(rounds):
-        for kind, rates in (("plain", plain_rates), ("mtls", tls_rates)):
+        for kind, runs in (("plain", plain_runs), ("mtls", tls_runs)):
             configs = pair_configs(certs if kind == "mtls" else None, sync=False)
             with instances({"a": configs["a"]}) as first:
-                publish_rate(first["a"].address, messages, f"fill-{kind}-{round_}")
+                publish_run([first["a"]], messages, f"fill-{kind}-{round_}")
                 with instances({"b": configs["b"]}) as second:
+                    servers = [first["a"], second["b"]]
+                    before = sum(process_cpu_s(server) for server in servers)
                     started = time.monotonic()
                     asyncio.run(_read(second["b"].address, messages, f"read-{kind}-{round_}"))
-                    rates.append(messages / (time.monotonic() - started))
-    report(f"catch-up of {messages:,} messages (b started late)", plain_rates, tls_rates, "mTLS")
+                    seconds = time.monotonic() - started
+                    server_s = sum(process_cpu_s(server) for server in servers) - before
+                    runs.append(Run(messages / seconds, server_s / messages * 1e6, 0.0))
+    report(f"catch-up of {messages:,} messages (b started late)", plain_runs, tls_runs, "mTLS")
 
 
-def report(what: str, plain: list[float], secure: list[float], label: str) -> None:
-    plain_median = statistics.median(plain)
-    secure_median = statistics.median(secure)
-    plain_rounds = ", ".join(f"{r:,.0f}" for r in plain)
-    secure_rounds = ", ".join(f"{r:,.0f}" for r in secure)
+def report(what: str, plain: list[Run], secure: list[Run], label: str) -> None:
+    def median(runs: list[Run], field: str) -> float:
+        return float(statistics.median(float(getattr(run, field)) for run in runs))
+
+    rate_p, rate_s = median(plain, "rate"), median(secure, "rate")
+    cpu_p, cpu_s = median(plain, "server_us"), median(secure, "server_us")
+    client_p, client_s = median(plain, "client_us"), median(secure, "client_us")
+    rounds = " / ".join(
+        f"{name} " + ", ".join(f"{run.rate:,.0f}" for run in runs)
+        for name, runs in (("plaintext", plain), (label, secure))
+    )
+    client = (
+        f"; client CPU {client_p:.1f} -> {client_s:.1f} us/message ({client_s / client_p:.2f}x)"
+        if client_p
+        else ""
+    )
     print(
-        f"{what}: plaintext {plain_median:,.0f} msg/s, {label} {secure_median:,.0f} msg/s "
-        f"({secure_median / plain_median:.2f}x); rounds plaintext {plain_rounds} / {label} "
-        f"{secure_rounds}",
+        f"{what}: plaintext {rate_p:,.0f} msg/s, {label} {rate_s:,.0f} msg/s "
+        f"({rate_s / rate_p:.2f}x); instance CPU {cpu_p:.1f} -> {cpu_s:.1f} us/message "
+        f"({cpu_s / cpu_p:.2f}x){client} [rounds, msg/s: {rounds}]",
         flush=True,
     )
 
