@@ -9,7 +9,11 @@ same run, as a ratio. Prints; asserts nothing.
 3. replication lag (publish on A -> delivered live on B), async destination, steady rate;
 4. catch-up of an instance that missed N messages, against the origin's own epoch replay;
 5. per record, in-process: what a link costs on each side (read, frame, decode, append), the
-   old way (records encoded again, appended one at a time) beside the frames-as-logged way.
+   old way (records encoded again, appended one at a time) beside the frames-as-logged way;
+6. the peer a user would pick instead (when `nats-server` is installed or installable): a
+   three-node NATS JetStream cluster on loopback, a replicas=3 file stream, 1 KB publishes
+   with acks (window 1000), beside three instances of ours publishing on one with two sync
+   destinations.
 
 The machine is shared with other work: read ratios, not absolute rates.
 """
@@ -35,10 +39,13 @@ from bench.bench_broker import (
     _replay_raw,
     run_publishers,
 )
-from bench.common import percentile, scrape, temp_instance
-from tests.harness.cluster import Cluster, Link, cluster
+from bench.common import json_payloads, percentile, scrape, temp_instance
+from bench.peers import ensure_nats, nats_cluster
+from tests.harness.cluster import Cluster, Link, cluster, full_mesh
 
 LAG_RATE_PER_S = 2_000
+NATS_WINDOW = 1000  # JetStream publishes in flight, as the issue's reference run
+NATS_START_TIMEOUT_S = 30.0
 
 
 @contextlib.contextmanager
@@ -202,6 +209,70 @@ def link_costs(count: int) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+async def _nats_publish(urls: list[str], messages: int) -> float:
+    """Publish `messages` 1 KB JSON documents to a replicas=3 file stream with acks, at most
+    NATS_WINDOW unacknowledged; msg/s from the first publish to the last ack."""
+    import nats  # a benchmark peer, installed by ensure_nats: not a dependency of amps
+    from nats.js.api import StorageType
+
+    connection = await nats.connect(servers=urls)
+    try:
+        stream = connection.jetstream(publish_async_max_pending=NATS_WINDOW)
+        # JetStream takes the stream once the cluster has elected its meta leader.
+        deadline = time.monotonic() + NATS_START_TIMEOUT_S
+        while True:
+            try:
+                await stream.add_stream(
+                    name="BENCH", subjects=[TOPIC], storage=StorageType.FILE, num_replicas=3
+                )
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+        payloads = json_payloads()
+        mask = len(payloads) - 1
+        for index in range(NATS_WINDOW):  # warm-up: the stream's leader and its followers
+            await stream.publish_async(TOPIC, payloads[index & mask])
+        await stream.publish_async_completed()
+        publish = stream.publish_async
+        started = time.monotonic()
+        futures = [await publish(TOPIC, payloads[index & mask]) for index in range(messages)]
+        await stream.publish_async_completed()
+        seconds = time.monotonic() - started
+        failed = sum(1 for f in futures if f.exception() is not None)
+        if failed:
+            raise RuntimeError(f"NATS JetStream refused {failed} of {messages} publishes")
+        return messages / seconds
+    finally:
+        await connection.close()
+
+
+def peer_comparison(messages: int) -> None:
+    """NATS JetStream (three nodes, replicas=3) beside three instances of ours, one of them
+    publishing with two sync destinations (the full mesh of `make cluster`), same run."""
+    missing = ensure_nats()
+    if missing is not None:
+        print(f"NATS JetStream comparison skipped: {missing}", flush=True)
+        return
+    with nats_cluster(3) as urls:
+        rate_nats = asyncio.run(_nats_publish(urls, messages))
+    root = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    running = cluster(root, ["a", "b", "c"])
+    try:
+        running.start(full_mesh(["a", "b", "c"]))
+        rate_ours = publish_rate(running["a"].address, messages, "mesh")
+    finally:
+        running.kill()
+        shutil.rmtree(root, ignore_errors=True)
+    print(
+        f"three nodes, 1 KB, one client: NATS JetStream replicas=3 file stream, acks with "
+        f"window {NATS_WINDOW}: {rate_nats:,.0f} msg/s; ours, two sync destinations (full "
+        f"mesh): {rate_ours:,.0f} msg/s ({rate_ours / rate_nats:.2f}x NATS)",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes")
@@ -242,6 +313,7 @@ def main() -> None:
     )
     catch_up(missed)
     link_costs(messages)
+    peer_comparison(messages)
 
 
 if __name__ == "__main__":
