@@ -6,7 +6,8 @@ same run, as a ratio. Prints; asserts nothing.
 1. durable publish, 1 KB, one client process: alone, with one sync destination, with one
    async destination;
 2. persisted-ack latency at a steady 5,000 msg/s: alone and with one sync destination;
-3. replication lag (publish on A -> delivered live on B), async destination, steady rate;
+3. replication lag (publish on A -> delivered live on B), async destination, steady rate, beside
+   publish -> live delivery on one instance (its one fsync and no link) at the same rate;
 4. catch-up of an instance that missed N messages, against the origin's own epoch replay;
 5. per record, in-process: what a link costs on each side (read, frame, decode, append), the
    old way (records encoded again, appended one at a time) beside the frames-as-logged way;
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -42,6 +44,7 @@ from bench.bench_broker import (
 from bench.common import json_payloads, percentile, scrape, temp_instance
 from bench.peers import ensure_nats, nats_cluster
 from tests.harness.cluster import Cluster, Link, cluster, full_mesh
+from tests.harness.instance import InstanceProcess
 
 LAG_RATE_PER_S = 2_000
 NATS_WINDOW = 1000  # JetStream publishes in flight, as the issue's reference run
@@ -98,9 +101,18 @@ async def _lag(source: str, target: str, messages: int) -> list[float]:
     return sorted(lags)
 
 
+def cpu_s(process: InstanceProcess) -> float:
+    """User + system CPU seconds an instance process has used so far (Linux /proc): unlike
+    rates, CPU per record hardly moves with what else the shared machine runs."""
+    assert process.process is not None
+    fields = Path(f"/proc/{process.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def catch_up(messages: int) -> None:
     """b misses `messages` (killed), then restarts: how fast it catches up from a, against
-    a's own epoch replay of the same log (raw stream, deliveries counted)."""
+    a's own epoch replay of the same log (raw stream, deliveries counted); and the CPU each
+    side spends per record caught up, against a's CPU per record replayed."""
     with pair(sync=False) as running:
         a, b = running["a"], running["b"]
         b.kill()
@@ -109,16 +121,23 @@ def catch_up(messages: int) -> None:
         restart_started = time.monotonic()
         b.restart(kill=True)
         started = time.monotonic()  # b is up: from here on it is catching up
+        cpu_a, cpu_b = cpu_s(a), cpu_s(b)
         restart_s = started - restart_started
         while int(scrape(b.admin_port)["amps_journal_last_txid"]) < target:
             time.sleep(0.02)
         catch_up_s = time.monotonic() - started
+        cpu_a, cpu_b = cpu_s(a) - cpu_a, cpu_s(b) - cpu_b
+        cpu_replay = cpu_s(a)
         count, replay_s = asyncio.run(_replay_raw(a.address, target))
+        cpu_replay = cpu_s(a) - cpu_replay
         print(
             f"catch-up of {target:,} messages: {target / catch_up_s:,.0f} msg/s "
             f"(from b's ready line; its restart took {restart_s:.1f} s) vs a's epoch replay "
             f"{count / replay_s:,.0f} msg/s: "
-            f"{(target / catch_up_s) / (count / replay_s):.2f}x (filled at {rate_in:,.0f} msg/s)",
+            f"{(target / catch_up_s) / (count / replay_s):.2f}x (filled at {rate_in:,.0f} msg/s); "
+            f"CPU per record: a {cpu_a / target * 1e6:.1f} us + b {cpu_b / target * 1e6:.1f} us "
+            f"(b polled for its txid every 20 ms) vs a's epoch replay "
+            f"{cpu_replay / count * 1e6:.1f} us",
             flush=True,
         )
 
@@ -287,6 +306,8 @@ def main() -> None:
     with temp_instance("alone") as alone:
         rate_alone = publish_rate(alone.address, messages, "alone")
         p99_alone = latency_p99_ms(alone.address, seconds)
+        # The lag's reference: publish -> live delivery on one instance (one fsync, no link).
+        local = asyncio.run(_lag(alone.address, alone.address, messages // 2))
     with pair(sync=True) as running:
         rate_sync = publish_rate(running["a"].address, messages, "sync")
         p99_sync = latency_p99_ms(running["a"].address, seconds)
@@ -305,10 +326,12 @@ def main() -> None:
         flush=True,
     )
     lag_ms = [percentile(lags, f) * 1000 for f in (0.5, 0.99, 1.0)]
+    local_ms = [percentile(local, f) * 1000 for f in (0.5, 0.99, 1.0)]
     print(
         f"replication lag (publish on a -> live delivery on b, async) at {LAG_RATE_PER_S:,} "
         f"msg/s over {len(lags):,}: p50 {lag_ms[0]:.1f} ms, p99 {lag_ms[1]:.1f} ms, "
-        f"max {lag_ms[2]:.1f} ms",
+        f"max {lag_ms[2]:.1f} ms; on one instance (publish -> live delivery, no link): p50 "
+        f"{local_ms[0]:.1f} ms, p99 {local_ms[1]:.1f} ms, max {local_ms[2]:.1f} ms",
         flush=True,
     )
     catch_up(missed)

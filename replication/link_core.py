@@ -569,22 +569,29 @@ class LinkCore:
     def _on_batch(self, batch: Batch) -> list[Action]:
         # A peer's frames are input, not our state: a batch out of order is refused, not asserted.
         previous = self.received_through_txid
-        txids = [record.txid for record in batch.records]
-        if (
-            batch.through_txid <= previous
-            or any(not previous < t <= batch.through_txid for t in txids)
-            or txids != sorted(set(txids))
-        ):
+        # One pass over the records (this runs for every replicated record): txids strictly
+        # increasing after `previous`, and the last record of each origin, whose position is
+        # built once per origin rather than once per record.
+        in_order = batch.through_txid > previous
+        last_txid = previous
+        ends: dict[str, Record] = {}
+        for record in batch.records:
+            txid = record.txid
+            if txid <= last_txid:
+                in_order = False
+                break
+            last_txid = txid
+            ends[record.origin_instance] = record
+        if not in_order or last_txid > batch.through_txid:
             return self._refuse(
                 "protocol",
                 f"{self.local} and {self.peer}: a batch through txid {batch.through_txid} out of "
                 f"order after {previous}",
             )
-        last: dict[str, OriginPosition] = {}
-        for record in batch.records:
-            last[record.origin_instance] = OriginPosition(
-                record.origin_instance, record.origin_txid, record.txid
-            )
+        last = {
+            origin: OriginPosition(origin, record.origin_txid, record.txid)
+            for origin, record in ends.items()
+        }
         self._pending_positions.append((batch.through_txid, last))
         self.received_through_txid = batch.through_txid
         self._batches_received += 1

@@ -396,6 +396,8 @@ def test_frames_out_of_order_from_the_peer_are_refused_not_asserted() -> None:
     for bad in (
         Batch(1, 5, (PublishRecord(6, 0, "orders", b"", 1, 1, "b", "b", 6),)),
         Batch(1, 5, (PublishRecord(3, 0, "o", b"", 1, 1, "b", "b", 3),) * 2),
+        Batch(1, 5, tuple(PublishRecord(t, 0, "o", b"", 1, t, "b", "b", t) for t in (4, 3))),
+        Batch(1, 0, ()),  # a batch that ends where the link already is
         Ack(42),
     ):
         net = pair()
