@@ -241,9 +241,12 @@ class Instance:
             return
         appended = self.journal.append_replicated(fresh)
         self._undispatched.extend(appended)
-        count = self._count_publish
-        for record in appended:
-            count(record.topic, len(record.data))
+        stats = self.statistics
+        counts, sizes = stats.published_by_topic, stats.published_bytes_by_topic
+        for record in appended:  # _count_publish, inlined: this runs per replicated record
+            topic = record.topic
+            counts[topic] = counts.get(topic, 0) + 1
+            sizes[topic] = sizes.get(topic, 0) + len(record.data)
 
     def release_persisted_acks(self) -> None:
         """A sync destination acknowledged more (or was downgraded): ack what it allows."""
@@ -384,9 +387,13 @@ class Instance:
             self.statistics.hops.removal_durable.add(perf_counter_ns() - oldest_soon[1])
             self._oldest_soon = None
         if ready:
+            put = self.records.put
             for record in ready:
-                self.records.put(record)
-                self.fan_out(record)
+                put(record)
+            if len(self.subscriptions):  # none: no per-record look-up (a catching-up peer)
+                fan_out = self.fan_out
+                for record in ready:
+                    fan_out(record)
             self.queues.on_durable(ready, self.now_ms())
         if self.replicator is not None:
             self.replicator.log_advanced()
