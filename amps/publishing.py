@@ -21,7 +21,7 @@ through, in the order given, before it asks for the next decision.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -156,37 +156,27 @@ class PublishingCore(Generic[Connection]):
     def sequence(self, publisher_id: int, own_seq: int, client_name: str) -> tuple[int, int] | None:
         """The (publisher id, seq) a recorded publish is appended under, or None for a duplicate
         (L4: discarded, still acked). `own_seq` 0: the instance numbers it (L5)."""
-        marks = self.marks
         if not own_seq:
             publisher_id = server_publisher_id_for(client_name, self.instance)
-            own_seq = marks.high_water(publisher_id) + 1
-        elif marks.is_duplicate(publisher_id, own_seq):
+            own_seq = self.marks.next_seq(publisher_id)
+        if not self.marks.claim(publisher_id, own_seq):
             self._duplicates += 1
             return None
-        marks.advance(publisher_id, own_seq)
         return publisher_id, own_seq
 
     def internal_sequence(self) -> tuple[int, int]:
         """(publisher id, seq) of a publish the instance makes itself (dead letters)."""
         publisher_id = server_publisher_id_for("", self.instance)
-        seq = self.marks.high_water(publisher_id) + 1
+        seq = self.marks.next_seq(publisher_id)
         self.marks.advance(publisher_id, seq)
         return publisher_id, seq
 
-    def admit_replicated(self, records: Iterable[PublishRecord]) -> list[PublishRecord]:
+    def admit_replicated(self, records: Sequence[PublishRecord]) -> list[PublishRecord]:
         """The publishes of a peer's batch this log does not hold yet, in order (Rule 3: a
         resend after a broken link, or a republish that reached two instances, is skipped)."""
-        marks = self.marks
-        high_water = marks.high_water
-        advance = marks.advance
-        kept: list[PublishRecord] = []
-        for record in records:
-            publisher_id, seq = record.publisher_id, record.seq
-            if seq <= high_water(publisher_id):
-                self._duplicates += 1
-                continue
-            advance(publisher_id, seq)
-            kept.append(record)
+        claim = self.marks.claim
+        kept = [record for record in records if claim(record.publisher_id, record.seq)]
+        self._duplicates += len(records) - len(kept)
         return kept
 
     # -- Rule 4: persisted acks ----------------------------------------------------------------

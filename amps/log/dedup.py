@@ -21,6 +21,15 @@ class PublisherMarks:
         """L4: a sequence number equal to or lower than the highest seen is a duplicate."""
         return seq <= self._marks.get(publisher_id, 0)
 
+    def claim(self, publisher_id: int, seq: int) -> bool:
+        """`is_duplicate` then `advance` in one look-up: False for a duplicate (L4), else the
+        mark moves to `seq` and True."""
+        marks = self._marks
+        if seq <= marks.get(publisher_id, 0):
+            return False
+        marks[publisher_id] = seq
+        return True
+
     def advance(self, publisher_id: int, seq: int) -> None:
         """Record that `seq` from `publisher_id` is in the log; never moves a mark back."""
         if seq > self._marks.get(publisher_id, 0):

@@ -31,6 +31,18 @@ def test_duplicates_are_at_or_below_the_high_water_mark() -> None:
     assert len(marks.copy()) == 2
 
 
+def test_a_claim_is_a_duplicate_check_and_an_advance() -> None:
+    """L4: claim refuses what is_duplicate calls a duplicate and advances past what it takes."""
+    marks = PublisherMarks([(1, 5)])
+    assert not marks.claim(1, 5)
+    assert not marks.claim(1, 4)
+    assert marks.high_water(1) == 5
+    assert marks.claim(1, 7)
+    assert marks.high_water(1) == 7
+    assert marks.claim(2, 1)
+    assert not marks.claim(2, 1)
+
+
 def _summary(first: int, count: int, ts: int = 0, pubs: dict[int, tuple[int, int]] | None = None,
              size: int = 1000) -> SegmentSummary:  # fmt: skip
     return SegmentSummary(first, first + count - 1, ts, ts + count, count, size, pubs or {})
