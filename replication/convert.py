@@ -25,6 +25,7 @@ from replication.frames import (
     QueueDigest,
     Refusal,
     TopicDigest,
+    TransferRequest,
 )
 
 
@@ -55,6 +56,17 @@ def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
         )
     if isinstance(frame, Refusal):
         return pb.LinkFrame(refusal=pb.Refusal(code=frame.code, message=frame.message))
+    if isinstance(frame, TransferRequest):
+        return pb.LinkFrame(
+            transfer_request=pb.TransferRequest(
+                queue=frame.queue,
+                publisher_id=frame.publisher_id,
+                seq=frame.seq,
+                requester=frame.requester,
+                owner=frame.owner,
+                hops_left=frame.hops_left,
+            )
+        )
     digest = frame.digest
     return pb.LinkFrame(
         hello=pb.Hello(
@@ -135,6 +147,18 @@ def from_pb(message: pb.LinkFrame) -> Frame:
         return Heartbeat(tuple((h.instance, h.age_ms) for h in message.heartbeat.heard))
     if kind == "refusal":
         return Refusal(message.refusal.code, message.refusal.message)
+    if kind == "transfer_request":
+        request = message.transfer_request
+        if not request.queue or not request.requester or not request.owner:
+            raise BadFrame("a transfer request without queue, requester or owner")
+        return TransferRequest(
+            request.queue,
+            request.publisher_id,
+            request.seq,
+            request.requester,
+            request.owner,
+            request.hops_left,
+        )
     if kind == "hello":
         hello = message.hello
         digest = hello.digest

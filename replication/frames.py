@@ -119,4 +119,18 @@ class Refusal:
     message: str
 
 
-Frame = Hello | Batch | Ack | Heartbeat | Refusal
+@dataclass(frozen=True, slots=True)
+class TransferRequest:
+    """R4: `requester` asks `owner` for message (`publisher_id`, `seq`) of `queue`. Never
+    logged: a lost request is a refusal, and the requester asks again. An instance that is not
+    the owner forwards it towards the owner (passthrough) while `hops_left` > 0."""
+
+    queue: str
+    publisher_id: int
+    seq: int
+    requester: str
+    owner: str
+    hops_left: int
+
+
+Frame = Hello | Batch | Ack | Heartbeat | Refusal | TransferRequest

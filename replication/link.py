@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,7 +30,7 @@ from amps.v1 import replication_pb2 as pb
 from amps.v1 import replication_pb2_grpc as pb_grpc
 from replication.convert import BadFrame, from_pb, to_pb
 from replication.downgrade import sync_decisions
-from replication.frames import Hello, OriginPosition, Refusal
+from replication.frames import Hello, OriginPosition, Refusal, TransferRequest
 from replication.link_core import (
     Action,
     Apply,
@@ -44,6 +44,7 @@ from replication.link_core import (
     LogAdvanced,
     PeerAcked,
     RecordsDurable,
+    RequestArrived,
     Send,
     SyncChanged,
 )
@@ -68,6 +69,8 @@ DEFAULT_RECONNECT_S = 1.0
 MAX_REFUSED_RECONNECT_S = 60.0
 # The journal keeps this much of its latest frames for links that keep up (no re-encoding).
 KEPT_FRAMES_BYTES = 16 * 1024 * 1024
+# R4: how many instances a transfer request may cross towards an owner that is no neighbour.
+MAX_REQUEST_HOPS = 8
 GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", GRPC_MAX_FRAME_BYTES),
@@ -291,6 +294,48 @@ class Replicator:
         )
         self.instance.release_persisted_acks()
         return True
+
+    def unreachable(
+        self, instances: Iterable[str], now_ms: int, interval_ms: int
+    ) -> frozenset[str]:
+        """R7: of `instances` and the linked peers, those not heard from by any path within
+        `interval_ms` (the owners a proxied transfer may act for)."""
+        candidates = set(instances) | set(self.cores)
+        return self.reachability.unreachable(candidates, now_ms, interval_ms)
+
+    def send_transfer_request(self, queue: str, key: tuple[int, int], owner: str) -> None:
+        """R4: ask `owner` for a queued message; lost when no link leads there (a refusal)."""
+        publisher_id, seq = key
+        request = TransferRequest(queue, publisher_id, seq, self.local, owner, MAX_REQUEST_HOPS)
+        self._route_request(request, "")
+
+    def _route_request(self, request: TransferRequest, came_from: str) -> None:
+        """To the owner when it is a neighbour; else to every other ready neighbour, one hop
+        less (R9: passthrough towards an owner that is not a neighbour)."""
+        direct = self._sessions.get(request.owner)
+        if direct is not None and direct.core.state is LinkState.READY:
+            targets = [direct]
+        elif request.hops_left > 0:
+            skip = (came_from, request.requester)
+            targets = [s for peer, s in self._sessions.items() if peer not in skip]
+            request = TransferRequest(
+                request.queue, request.publisher_id, request.seq, request.requester,
+                request.owner, request.hops_left - 1,
+            )  # fmt: skip
+        else:
+            return
+        now_ms = self.instance.now_ms()
+        for session in targets:
+            self._execute(session, session.core.send_request(request, now_ms))
+
+    def _request_arrived(self, request: TransferRequest, came_from: str) -> None:
+        queues = self.instance.queues
+        if request.owner == self.local:
+            queues.transfer_requested(request, proxy=False)
+            return
+        # R7: a proxy may grant for an owner it cannot reach; the request goes on either way.
+        queues.transfer_requested(request, proxy=True)
+        self._route_request(request, came_from)
 
     def statistics(self) -> list[LinkStatistics]:
         now_ms = self.instance.now_ms()
@@ -571,6 +616,8 @@ class Replicator:
                 self.instance.when_durable(functools.partial(self._durable, session, through))
             elif isinstance(action, PeerAcked):
                 self.instance.release_persisted_acks()
+            elif isinstance(action, RequestArrived):
+                self._request_arrived(action.request, session.core.peer)
             elif isinstance(action, Close):
                 if action.refused:
                     # Both sides dialling is normal: one of the two streams is refused.

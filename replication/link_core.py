@@ -36,6 +36,7 @@ from replication.frames import (
     Hello,
     OriginPosition,
     Refusal,
+    TransferRequest,
 )
 from replication.positions import PositionBook
 from replication.reachability import Reachability
@@ -170,7 +171,15 @@ class Close:
     code: str = ""  # the refusal's code (REFUSALS), when refused
 
 
-Action = Send | Apply | PeerAcked | Close
+@dataclass(frozen=True, slots=True)
+class RequestArrived:
+    """The peer sent a transfer request (R4): the adapter hands it to the queue, or forwards
+    it towards its owner."""
+
+    request: TransferRequest
+
+
+Action = Send | Apply | PeerAcked | Close | RequestArrived
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +377,8 @@ class LinkCore:
             return self._on_batch(frame)
         if isinstance(frame, Ack):
             return self._on_ack(frame.through_txid, now_ms)
+        if isinstance(frame, TransferRequest):
+            return [RequestArrived(frame)]
         assert isinstance(frame, Heartbeat)
         self.reachability.heard_via(frame.heard, now_ms)
         return []
@@ -421,6 +432,13 @@ class LinkCore:
     def _refused(self, code: str, message: str) -> None:
         self.refusal = (code, message)
         self.refusals += 1
+
+    def send_request(self, request: TransferRequest, now_ms: int) -> list[Action]:
+        """Send a transfer request on a ready link; on any other it is lost, which is a
+        refusal (the requester asks again)."""
+        if self.state is not LinkState.READY:
+            return []
+        return [self._send(request, now_ms)]
 
     def refuse_duplicate(self) -> list[Action]:
         """The adapter found another live stream to this peer: refuse this one (Rule 4)."""

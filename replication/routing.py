@@ -1,9 +1,10 @@
 """Which records of this instance's log go to one destination (R1, R9). [core]
 
-Rule 1: publishes, queue acknowledgements (`sow_delete`, a QueueRecord ACK) and ownership
-records (a TransferRecord: a grant or a proxied claim, R5, R7) replicate; an ack or an ownership
-record matches a destination's Topic by its queue's name and ignores the Topic's Filter.
-Deliveries, leases, expiries, the rest of a queue's records and a LocalQueue's acks stay local.
+Rule 1: publishes, a queue's removals that hold on every instance (acks, the owner's
+expiries, at-most-once sends: `REPLICATED_REMOVALS`) and ownership records (grants and
+claims, `TransferRecord`) replicate; a queue's record matches a destination's Topic by its
+queue's name and ignores the Topic's Filter. Deliveries, leases, barrier releases (each
+instance releases its own, R6) and a LocalQueue's records stay local.
 Rule 2: a record never goes back to its origin, and goes to a destination only when it
 originated here or its origin's group matches the destination's PassThrough. A record that
 reaches an instance twice (a triangle) is discarded there as a duplicate and never appended,
@@ -24,6 +25,16 @@ from replication.frames import Digest, TopicDigest
 if TYPE_CHECKING:
     from amps.config.model import DestinationConfig
     from amps.expr import Filter
+
+
+REPLICATED_REMOVALS = frozenset(
+    {
+        QueueAction.ACK,
+        QueueAction.EXPIRE,
+        QueueAction.EXPIRED,
+        QueueAction.DELIVERED_AT_MOST_ONCE,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +70,12 @@ class Route:
 
     def wants(self, record: Record) -> bool:
         """Whether `record` (from this instance's log) goes to the destination."""
-        if isinstance(record, QueueRecord):
+        if isinstance(record, (QueueRecord, TransferRecord)):
             return (
-                record.action == QueueAction.ACK
+                (isinstance(record, TransferRecord) or record.action in REPLICATED_REMOVALS)
                 and record.queue not in self._local_queues
                 and self._origin_allows(record)
                 and (not self._rules or bool(self._rules_for(record.queue)))
-            )
-        if isinstance(record, TransferRecord):
-            return self._origin_allows(record) and (
-                not self._rules or bool(self._rules_for(record.queue))
             )
         if not isinstance(record, PublishRecord):
             return False

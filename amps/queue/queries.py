@@ -38,7 +38,7 @@ def statistics(state: QueueState, now_ms: int) -> QueueStatistics:
     leased_rows = 0 if state.policy.at_most_once else state.leased_total
     by_reason = counters.expired_by_reason
     return QueueStatistics(
-        depth=state.active_count,
+        depth=state.active_count + state.elsewhere_count,  # held here, owned anywhere
         leased_count=state.leased_total,
         deliverable_count=max(0, state.active_count - leased_rows),
         inactive_count=state.inactive_count,

@@ -50,7 +50,8 @@ class QueueStatistics:
     """A point-in-time view of one queue engine."""
 
     depth: int
-    """Active messages not yet removed, leased or not (AMPS `queue_depth`)."""
+    """Active messages not yet removed, leased or not, and the messages held here that another
+    instance owns (R2) (AMPS `queue_depth`)."""
     leased_count: int
     """Leased, unacknowledged messages; at-most-once: sent, not yet acked (AMPS `backlog`)."""
     deliverable_count: int

@@ -5,7 +5,7 @@ in one direction (instance -> queue manager -> queues -> session -> outbox), nev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,11 +31,13 @@ class InstanceStatistics:
 class QueueHost(Protocol):
     """The instance, as the queue manager and its drivers use it."""
 
+    name: str
     config: Config
     journal: Journal
     records: RecordCache
     statistics: InstanceStatistics
     dispatched_txid: int
+    replicator: ReplicationHooks | None
 
     def now_ms(self) -> int: ...
 
@@ -58,3 +60,11 @@ class ReplicationHooks(Protocol):
     def log_advanced(self) -> None: ...
 
     def sync_acked_txids(self) -> Iterator[int]: ...
+
+    def send_transfer_request(self, queue: str, key: tuple[int, int], owner: str) -> None:
+        """R4: ask `owner` for a queued message (lost when no link leads there)."""
+
+    def unreachable(
+        self, instances: Iterable[str], now_ms: int, interval_ms: int
+    ) -> frozenset[str]:
+        """R7: of `instances` and the linked peers, those not heard from by any path lately."""

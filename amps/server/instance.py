@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from amps import __version__, errors
 from amps.expr import Message
 from amps.log.journal import Journal
-from amps.log.records import PublishRecord, QueueRecord, Record
+from amps.log.records import PublishRecord, Record
 from amps.publishing import PublishingCore, check_client_name, persisted_through
 from amps.server.convert import success_ack
 from amps.server.damage import DamageLog
@@ -226,12 +226,13 @@ class Instance:
         for record in records:
             if isinstance(record, PublishRecord):
                 run.append(record)
-            elif isinstance(record, QueueRecord):
-                # A replicated sow_delete: this instance's queue applies it (and logs its own
-                # removal); an ack that comes before its message waits in the deferred acks.
+            else:
+                # A peer's queue removal or ownership record: logged here with its origin, then
+                # applied once durable, after the publishes before it (an ack that still comes
+                # before its message waits in the deferred acks).
                 self._append_replicated_publishes(run)
                 run = []
-                self.queues.replicated_ack(record)
+                self.queues.replicated_record(record)
         self._append_replicated_publishes(run)
         self._commit_wanted.set()
 

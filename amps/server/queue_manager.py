@@ -8,6 +8,7 @@ import logging
 import re
 import sqlite3
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from amps import errors
 from amps.config import ActionConfig, ActionStep, QueueConfig
 from amps.expr import ExprKind, Filter, compile_filter
 from amps.log.bookmarks import parse_bookmark_spec
-from amps.log.records import PublishRecord, QueueRecord
+from amps.log.records import PublishRecord, QueueRecord, TransferRecord
 from amps.queue import ExpireReason
 from amps.queue.snapshot_codec import SnapshotFormatError, decode_snapshot, encode_snapshot
 from amps.server.convert import success_ack
@@ -26,6 +27,7 @@ from amps.v1 import client_pb2 as pb
 if TYPE_CHECKING:
     from amps.server.host import QueueHost
     from amps.server.session import Session
+    from replication.frames import TransferRequest
 
 log = logging.getLogger("amps.queues")
 
@@ -46,6 +48,11 @@ class QueueManager:
         self.store: QueueStore | None = None
         self._stored: dict[str, StoredQueue] = {}
         self._checkpointer: asyncio.Task[None] | None = None
+        # R9: per (origin instance, queue), the newest origin txid of a queue or transfer
+        # record logged here. Each path carries one origin's records of one queue in origin
+        # order, so an older one is a copy that came by another path: not logged or forwarded
+        # again (no loop, nothing applied twice).
+        self._record_marks: dict[tuple[str, str], int] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self.drivers
@@ -151,13 +158,41 @@ class QueueManager:
                         )
                     )
 
-    def replicated_ack(self, record: QueueRecord) -> None:
-        """R1: a peer's queue acknowledgement, by bookmark; nothing when the queue is not here
-        or not replicated here (R2: a LocalQueue's copy is this instance's alone, even when a
-        peer's destination takes every topic and so sends its own LocalQueue's acks)."""
+    def replicated_record(self, record: QueueRecord | TransferRecord) -> None:
+        """R1, R5, R9: a peer's queue removal or ownership record. Logged here with its origin
+        (so it survives a restart and passthrough forwards it), then applied once durable (after
+        the publishes logged before it reached the queue). Nothing when the queue is not a
+        replicated queue here (a LocalQueue never is), or when it is a copy already logged."""
         driver = self.drivers.get(record.queue)
-        if driver is not None and driver.replicated and record.bookmarks:
-            driver.ack_replicated(record.bookmarks)
+        if driver is None or driver.replica is None or not self._is_news(record):
+            return
+        instance = self.instance
+        instance.append_record(replace(record, txid=0), soon=True)
+        logged_txid = instance.journal.last_txid
+        if isinstance(record, TransferRecord):
+            instance.when_durable(
+                lambda: driver.on_transfer(record, instance.now_ms(), recovering=False)
+            )
+        else:
+            logged = replace(record, txid=logged_txid)
+            instance.when_durable(
+                lambda: driver.apply_peer_removal(logged, instance.now_ms(), recovering=False)
+            )
+
+    def _is_news(self, record: QueueRecord | TransferRecord) -> bool:
+        mark = (record.origin_instance, record.queue)
+        if record.origin_txid <= self._record_marks.get(mark, 0):
+            return False
+        self._record_marks[mark] = record.origin_txid
+        return True
+
+    def transfer_requested(self, request: TransferRequest, *, proxy: bool) -> None:
+        """R4, R5, R7: a peer's transfer request reached this instance: the owner answers it;
+        a non-owner only when proxied transfer is on for the queue here."""
+        driver = self.drivers.get(request.queue)
+        if driver is None or (proxy and not driver.proxied_transfer):
+            return
+        driver.transfer_requested(request.publisher_id, request.seq, request.requester)
 
     def sow(self, session: Session, command: pb.Command) -> None:
         """Q19: the queue's deliverable messages, read-only."""
@@ -271,7 +306,7 @@ class QueueManager:
             driver.engine.defer_compaction(True)
         # Queues without expressions need only each publish's head: no record built, no data
         # copied, and the engine takes them as columns (~3x faster per record).
-        heads = all(driver.reads_heads for driver in self.drivers.values())
+        heads = all(d.reads_heads and d.replica is None for d in self.drivers.values())
         read: Callable[[int, int], list[Any]] = journal.read_heads if heads else journal.read
         while position <= journal.last_txid:
             records = read(position, RECOVERY_BATCH_RECORDS)
@@ -288,7 +323,9 @@ class QueueManager:
                 elif isinstance(record, PublishRecord):
                     txid, topic = record.txid, record.topic
                 else:
-                    if isinstance(record, QueueRecord):
+                    if isinstance(record, (QueueRecord, TransferRecord)):
+                        if record.origin_instance != self.instance.name:
+                            self._is_news(record)  # the marks of what is logged here
                         owner = self.drivers.get(record.queue)
                         if owner is not None and record.txid >= starts[owner.name]:
                             # Publishes before a removal must be in the engine before it.
@@ -296,7 +333,10 @@ class QueueManager:
                             if pending:
                                 _replay(owner, pending, now_ms, heads=heads)
                                 pending.clear()
-                            owner.on_recovered_removal(record, now_ms)
+                            if isinstance(record, QueueRecord):
+                                owner.on_recovered_removal(record, now_ms)
+                            else:
+                                owner.on_transfer(record, now_ms, recovering=True)
                     continue
                 if topic != last_topic:
                     last_topic = topic
@@ -323,7 +363,13 @@ class QueueManager:
         if stored is None or stored.recovery_point_setting != setting:
             return self._configured_start(setting)
         driver.saved_low_water_txid = stored.low_water_txid
-        if stored.snapshot is not None and stored.snapshot_txid + 1 >= journal.first_txid:
+        # A replicated queue never restores a snapshot: its ownership (grants and claims by
+        # any instance) is rebuilt by replaying the log from its low water (R5, Q16).
+        if (
+            stored.snapshot is not None
+            and driver.replica is None
+            and stored.snapshot_txid + 1 >= journal.first_txid
+        ):
             try:
                 snapshot, taken_mono_ms, taken_wall_us = decode_snapshot(stored.snapshot)
             except SnapshotFormatError as exc:
@@ -373,7 +419,7 @@ class QueueManager:
             driver.dirty = False
             snapshot_bytes = None
             snapshot_txid = 0
-            if final or loop.time() >= driver.next_snapshot_at:
+            if driver.replica is None and (final or loop.time() >= driver.next_snapshot_at):
                 started = loop.time()
                 snapshot = driver.engine.snapshot()
                 snapshot_bytes = encode_snapshot(
@@ -386,7 +432,7 @@ class QueueManager:
                 snapshot_txid = max(snapshot.high_water_txid, self.instance.dispatched_txid)
                 cost = loop.time() - started
                 driver.next_snapshot_at = loop.time() + max(CHECKPOINT_INTERVAL_S, cost * 50)
-            taken.append((driver, driver.engine.low_water_txid(), snapshot_bytes, snapshot_txid))
+            taken.append((driver, driver.low_water_txid(), snapshot_bytes, snapshot_txid))
         if not taken:
             return
         await self.instance.wait_durable()

@@ -22,17 +22,17 @@ from amps.config import QueueConfig
 from amps.expr import ExprKind, Filter, Priority, compile_filter, compile_priority
 from amps.log.bookmarks import Bookmark as LogBookmark
 from amps.log.codec import PublishHead
-from amps.log.records import PublishRecord, QueueAction, QueueRecord
+from amps.log.records import PublishRecord, QueueAction, QueueRecord, TransferRecord
 from amps.queue import (
     Acked,
     AckedByFilter,
     AckOption,
-    Action,
     ClientDisconnected,
     Deliver,
     DeliverBarrier,
     ExpireReason,
     MessagePublished,
+    MessageRemoved,
     PublishDeadLetter,
     QueueEngine,
     QueuePolicy,
@@ -46,6 +46,10 @@ from amps.queue import (
 from amps.queue.subscriptions import effective_backlog
 from amps.server.file_columns import FileColumnFactory
 from amps.server.wire import QueueDeliveryEncoder
+from replication.latency import LatencyOptions
+from replication.ownership import AppendOwnership, SendOwnership, SendTransferRequest, TransferKind
+from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
+from replication.transfers import from_log, to_log
 
 if TYPE_CHECKING:
     from amps.server.host import QueueHost
@@ -70,6 +74,14 @@ REMOVAL_RECORD: dict[RemovalReason, QueueAction] = {
 RECORD_REMOVAL = {action: reason for reason, action in REMOVAL_RECORD.items()}
 RECORD_REMOVAL[QueueAction.EXPIRE] = RemovalReason.EXPIRED
 _REMOVED_WHEN_SENT = (QueueAction.DELIVERED_AT_MOST_ONCE, QueueAction.BARRIER_RELEASED)
+# R4: how long a message owned elsewhere waits before it is asked for, until replicated acks
+# give the estimator samples; how long an unanswered request stands (a refusal is silence).
+TRANSFER_LATENCY_DEFAULT_MS = 250
+TRANSFER_REQUEST_TIMEOUT_MS = 1_000
+# R7: how long an owner may be silent (by any path) before a proxied transfer acts for it, and
+# how often the reachability is looked at while proxied transfer is on.
+OWNER_UNREACHABLE_MS = 5_000
+REACHABILITY_CHECK_MS = 500
 
 
 def _stamps_ms(stamps_us: Sequence[int], wall_us: int, now_ms: int) -> list[int]:
@@ -226,12 +238,30 @@ class QueueDriver:
         # for this instance only, off at every start (see set_proxied_transfer).
         self.replicated = instance.config.replicates_queue(config)
         self.proxied_transfer = False
+        # R2-R7: a replicated queue runs its engine inside the ownership glue; any other queue
+        # (single instance, LocalQueue) drives the engine directly, at no ownership cost.
+        self.replica: QueueReplica | None = None
+        # Peers' acks waiting for their message (deferred) -> the txid of the record that
+        # logged the ack here: the recovery point stays before it, so it survives a restart.
+        self._deferred_logged: dict[tuple[int, int], int] = {}
+        if self.replicated:
+            self.replica = QueueReplica(
+                instance.name,
+                self.engine,
+                ReplicaOptions(
+                    kind=config.kind,
+                    initial_owner=config.initial_owner,
+                    request_timeout_ms=TRANSFER_REQUEST_TIMEOUT_MS,
+                    latency=LatencyOptions(default_ms=TRANSFER_LATENCY_DEFAULT_MS),
+                ),
+            )
 
     def set_proxied_transfer(self, enabled: bool) -> None:
         """R7: while an owner is unreachable, claim its messages for local takers and grant
         requests for them. Enabling moves nothing by itself. Not persisted: a restart starts
         with it off, so a forgotten switch never outlives the incident it was turned on for."""
         assert self.replicated
+        assert self.replica is not None
         if enabled != self.proxied_transfer:
             log.warning(
                 "proxied transfer %s for queue %s by an administrator%s",
@@ -240,17 +270,34 @@ class QueueDriver:
                 ": messages of an unreachable owner may be claimed here" if enabled else "",
             )
         self.proxied_transfer = enabled
+        now_ms = self.instance.now_ms()
+        self._check_reachability(now_ms)
+        self.run(self.replica.proxied_transfer_switched(enabled, now_ms), now_ms)
 
     def oldest_needed_txid(self) -> int:
         """The journal lifecycle's hold: the queue's unacknowledged messages, and what a restart
         from the recovery point stored in queues.db would replay (Q16)."""
-        low_water = self.engine.low_water_txid()
+        low_water = self.low_water_txid()
         if self.saved_low_water_txid is not None:
             low_water = min(low_water, self.saved_low_water_txid)
         return low_water + 1
 
+    def low_water_txid(self) -> int:
+        """The newest txid before which a restart needs nothing of this queue (Q16): its
+        unacknowledged messages, and the logged peers' acks still waiting for their message."""
+        low_water = self.engine.low_water_txid()
+        waiting = self._deferred_logged
+        if waiting:
+            for key in [k for k in waiting if not self.engine.is_deferred(k)]:
+                del waiting[key]
+            if waiting:
+                low_water = min(low_water, min(waiting.values()) - 1)
+        return low_water
+
     def restore(self, snapshot: QueueSnapshot, shift_ms: int) -> None:
-        """Start from a stored snapshot (before any event was handled)."""
+        """Start from a stored snapshot (before any event was handled). Never for a
+        replicated queue: its ownership is rebuilt by replaying the log from its low water."""
+        assert self.replica is None
         self.engine = QueueEngine.restore(self.engine.policy, snapshot, shift_ms)
 
     # -- events -------------------------------------------------------------------------------
@@ -268,6 +315,20 @@ class QueueDriver:
         self, records: list[PublishRecord], now_ms: int, *, recovering: bool = False
     ) -> None:
         """Durable publishes (one group commit's worth) as one engine step."""
+        if self.replica is not None:
+            here = self.instance.name
+            events: list[MessagePublished] = []
+            origins: list[str] = []
+            for record in records:
+                event = self._event_for(record, now_ms)
+                if event is not None:
+                    events.append(event)
+                    origins.append(record.origin_instance or here)
+            if events:
+                self.run(
+                    self.replica.published(events, origins, now_ms), now_ms, recovering=recovering
+                )
+            return
         if self.reads_heads:
             # The usual queue: no expression to evaluate, one wall-clock read per step.
             wall_us = self.instance.wall_us()
@@ -299,8 +360,9 @@ class QueueDriver:
     def publish_heads(self, heads: list[PublishHead], now_ms: int) -> None:
         """Recovery (Q16): replayed publishes as `Journal.read_heads` gives them, one engine
         step, when `reads_heads`: no record built, no event per message unless it has an
-        expiration of its own."""
+        expiration of its own. Not for a replicated queue (it needs each record's origin)."""
         assert self.reads_heads
+        assert self.replica is None
         txids, stamps_us, _topics, publisher_ids, seqs, expirations_s = zip(*heads, strict=True)
         stamps_ms = _stamps_ms(stamps_us, self.instance.wall_us(), now_ms)
         if any(expirations_s):
@@ -341,15 +403,69 @@ class QueueDriver:
         )
 
     def on_recovered_removal(self, record: QueueRecord, now_ms: int) -> None:
-        """Recovery (Q16): the log says these messages already left the queue."""
+        """Recovery (Q16): the log says these messages already left the queue (by txid when
+        this instance wrote it, by bookmark when a peer did and it was logged here)."""
         reason = RECORD_REMOVAL.get(record.action)
         if reason is None:
             return
         expire = ExpireReason.TIME_LIMIT
         if record.action == QueueAction.EXPIRE:
             expire = ExpireReason.FORCED_EXPIRE
-        actions = self.engine.remove_recovered(record.txids, reason, expire, now_ms)
+        if record.origin_instance not in ("", self.instance.name):
+            self.apply_peer_removal(record, now_ms, recovering=True)
+            return
+        actions: Sequence[ReplicaAction]
+        if self.replica is not None:
+            actions = self.replica.removed_recovered(record.txids, reason, expire, now_ms)
+        else:
+            actions = self.engine.remove_recovered(record.txids, reason, expire, now_ms)
         self.run(actions, now_ms, recovering=True)
+
+    def on_transfer(self, record: TransferRecord, now_ms: int, *, recovering: bool) -> None:
+        """A grant or claim (R5, R7): replicated from a peer once durable here, or replayed
+        from the log at recovery (this instance's own and those of others)."""
+        if self.replica is None:
+            return
+        try:
+            ownership = from_log(record)
+        except errors.OwnershipProtocolError as exc:
+            log.error("queue %s: %s; ignored", self.name, exc.message)
+            return
+        self.run(self.replica.ownership_recorded(ownership, now_ms), now_ms, recovering=recovering)
+
+    def apply_peer_removal(self, record: QueueRecord, now_ms: int, *, recovering: bool) -> None:
+        """R1, R2: a peer's removal (an ack anywhere, the owner's expiry, an at-most-once
+        send), by bookmark: applied silently (the owner wrote the dead letter once); an ack for
+        a message not here yet waits in the deferred acks (DeferredAckExpiration)."""
+        reason = RECORD_REMOVAL.get(record.action)
+        if reason is None or not record.bookmarks:
+            return
+        expire = ExpireReason.TIME_LIMIT
+        if record.action == QueueAction.EXPIRE:
+            expire = ExpireReason.FORCED_EXPIRE
+        pairs = [(b.publisher_id, b.seq) for b in record.bookmarks]
+        actions: Sequence[ReplicaAction]
+        if self.replica is not None:
+            actions = self.replica.removed_by_peer(pairs, now_ms, reason, expire)
+        else:
+            events = [MessageRemoved(reason, bookmark=p, expire_reasons=expire) for p in pairs]
+            actions = self.engine.handle_many(events, now_ms)
+        self.run(actions, now_ms, recovering=recovering)
+        is_deferred = self.engine.is_deferred
+        for pair in pairs:
+            if is_deferred(pair):
+                self._deferred_logged.setdefault(pair, record.txid)
+
+    def transfer_requested(self, publisher_id: int, seq: int, requester: str) -> None:
+        """R5: a peer asks for a message (granted only for the first request while this
+        instance owns it, or proxies for its unreachable owner, and no local subscriber can
+        take it; otherwise silence)."""
+        if self.replica is None:
+            return
+        now_ms = self.instance.now_ms()
+        self._check_reachability(now_ms)
+        actions = self.replica.transfer_requested((publisher_id, seq), requester, now_ms)
+        self.run(actions, now_ms)
 
     def subscribe(
         self, session: Session, sub_id: str, flt: Filter | None, max_backlog: int | None
@@ -362,7 +478,7 @@ class QueueDriver:
         self.subscribers[key] = (session, sub_id)
         now_ms = self.instance.now_ms()
         event = Subscribed(key, session.client_id, max_backlog, matches)
-        self.run(self.engine.handle(event, now_ms), now_ms)
+        self.run(self._handle(event, now_ms), now_ms)
 
     def granted_backlog(self, max_backlog: int | None) -> int:
         """Q8: what the subscribe ack reports as `max_backlog=N`."""
@@ -373,7 +489,7 @@ class QueueDriver:
         if self.subscribers.pop(key, None) is None:
             return
         now_ms = self.instance.now_ms()
-        self.run(self.engine.handle(Unsubscribed(key, session.client_id), now_ms), now_ms)
+        self.run(self._handle(Unsubscribed(key, session.client_id), now_ms), now_ms)
 
     def disconnected(self, session: Session) -> None:
         """Q6: every lease of the client is broken at once."""
@@ -381,13 +497,14 @@ class QueueDriver:
         for key in [k for k in self.subscribers if k.startswith(prefix)]:
             del self.subscribers[key]
         now_ms = self.instance.now_ms()
-        self.run(self.engine.handle(ClientDisconnected(session.client_id), now_ms), now_ms)
+        self.run(self._handle(ClientDisconnected(session.client_id), now_ms), now_ms)
 
-    def ack_replicated(self, bookmarks: tuple[LogBookmark, ...]) -> int:
-        """R1: a sow_delete made on another instance, by bookmark; returns how many left."""
-        pairs = [(b.publisher_id, b.seq) for b in bookmarks]
-        now_ms = self.instance.now_ms()
-        return self.run(self.engine.handle(Acked("", pairs), now_ms), now_ms)
+    def _handle(
+        self, event: Subscribed | Unsubscribed | ClientDisconnected, now_ms: int
+    ) -> Sequence[ReplicaAction]:
+        if self.replica is not None:
+            return self.replica.handle(event, now_ms)
+        return self.engine.handle(event, now_ms)
 
     def ack(self, session: Session, bookmarks: str, flt: Filter | None, options: str) -> int:
         """Q10–Q12: acknowledge by bookmark list or filter; returns how many left the queue."""
@@ -407,7 +524,10 @@ class QueueDriver:
             event = Acked(session.client_id, pairs, option)
         statistics = self.instance.statistics
         delivered = statistics.delivered
-        removed = self.run(self.engine.handle(event, now_ms), now_ms)
+        if self.replica is not None:
+            removed = self.run(self.replica.acked(event, now_ms), now_ms)
+        else:
+            removed = self.run(self.engine.handle(event, now_ms), now_ms)
         # The deliveries this ack made room for went out in its own step: no timer, no commit.
         hops = statistics.hops
         hops.deliveries_after_ack += statistics.delivered - delivered
@@ -447,7 +567,9 @@ class QueueDriver:
 
     # -- actions ------------------------------------------------------------------------------
 
-    def run(self, actions: list[Action], now_ms: int, *, recovering: bool = False) -> int:
+    def run(
+        self, actions: Sequence[ReplicaAction], now_ms: int, *, recovering: bool = False
+    ) -> int:
         """Execute actions in contract order, re-arm the timer; returns the removals."""
         self.dirty = True
         removed = 0
@@ -456,7 +578,7 @@ class QueueDriver:
         self._arm_timer()
         return removed
 
-    def _execute(self, actions: list[Action], now_ms: int, recovering: bool) -> int:
+    def _execute(self, actions: Sequence[ReplicaAction], now_ms: int, recovering: bool) -> int:
         # Removal records of one step are grouped into one QueueRecord per (action, reason),
         # written before any later dead-letter publish and before the step's held deliveries.
         # Per record: its txids and, in parallel, their last delivery times and counts.
@@ -512,6 +634,25 @@ class QueueDriver:
                     self._append_removals(removals)
                     removals = {}
                 self._dead_letter(action)
+            elif isinstance(action, AppendOwnership):
+                # R5, R7: a grant or claim is durable before anything after it is sent; the
+                # link replicates it from the log (only durable records leave).
+                if not recovering:
+                    if removals:
+                        self._append_removals(removals)
+                        removals = {}
+                    claim = action.record.kind is TransferKind.CLAIM
+                    record = to_log(self.name, action.record, proxied=claim)
+                    self.instance.append_record(
+                        replace(record, timestamp_us=self.instance.wall_us())
+                    )
+                    appended = True
+            elif isinstance(action, SendTransferRequest):
+                replicator = self.instance.replicator
+                if not recovering and replicator is not None:
+                    replicator.send_transfer_request(self.name, action.key, action.owner)
+            elif isinstance(action, SendOwnership):
+                pass  # the link sends the logged record (see AppendOwnership)
         if removals:
             self._append_removals(removals)
         if now_deliver:
@@ -643,9 +784,10 @@ class QueueDriver:
         queue as expired (forced), recorded with the reason, instead of being leased again and
         again and holding a subscription's backlog each time (issue 11)."""
         now_ms = self.instance.now_ms()
-        actions = self.engine.remove_recovered(
-            txids, RemovalReason.EXPIRED, ExpireReason.FORCED_EXPIRE, now_ms
+        remove = (
+            self.engine.remove_recovered if self.replica is None else self.replica.removed_recovered
         )
+        actions = remove(txids, RemovalReason.EXPIRED, ExpireReason.FORCED_EXPIRE, now_ms)
         self.instance.append_record(
             QueueRecord(
                 txid=0,
@@ -704,8 +846,28 @@ class QueueDriver:
 
     # -- timer --------------------------------------------------------------------------------
 
+    def _next_deadline_ms(self) -> int | None:
+        if self.replica is None:
+            return self.engine.next_deadline_ms()
+        deadline_ms = self.replica.next_deadline_ms()
+        if self.proxied_transfer:  # R7: look at the owners' reachability now and then
+            check_ms = self.instance.now_ms() + REACHABILITY_CHECK_MS
+            deadline_ms = check_ms if deadline_ms is None else min(deadline_ms, check_ms)
+        return deadline_ms
+
+    def _check_reachability(self, now_ms: int) -> None:
+        """R7: tell the replica which instances were not heard from, by any path, lately."""
+        replicator = self.instance.replicator
+        if self.replica is None or replicator is None or not self.proxied_transfer:
+            return
+        owners = set(self.replica.latencies.estimates_ms())
+        if self.config.initial_owner:
+            owners.add(self.config.initial_owner)
+        unreachable = replicator.unreachable(owners, now_ms, OWNER_UNREACHABLE_MS)
+        self.replica.reachability_changed(unreachable, now_ms)
+
     def _arm_timer(self) -> None:
-        deadline_ms = self.engine.next_deadline_ms()
+        deadline_ms = self._next_deadline_ms()
         if deadline_ms == self._timer_at_ms:
             return
         if (
@@ -729,7 +891,11 @@ class QueueDriver:
         self._timer = None
         self._timer_at_ms = None
         now_ms = self.instance.now_ms()
-        self.run(self.engine.on_deadline(now_ms), now_ms)
+        if self.replica is not None:
+            self._check_reachability(now_ms)
+            self.run(self.replica.on_deadline(now_ms), now_ms)
+        else:
+            self.run(self.engine.on_deadline(now_ms), now_ms)
 
     def stop(self) -> None:
         if self._timer is not None:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61mps/v1/replication.proto\x12\x07\x61mps.v1\"\xc8\x01\n\tLinkFrame\x12\x1f\n\x05hello\x18\x01 \x01(\x0b\x32\x0e.amps.v1.HelloH\x00\x12#\n\x07refusal\x18\x02 \x01(\x0b\x32\x10.amps.v1.RefusalH\x00\x12\x1f\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x0e.amps.v1.BatchH\x00\x12\x1f\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x10.amps.v1.LinkAckH\x00\x12+\n\theartbeat\x18\x05 \x01(\x0b\x32\x16.amps.v1.LinkHeartbeatH\x00\x42\x06\n\x04\x62ody\"\xbe\x01\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08instance\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x15\n\rexpected_peer\x18\x04 \x01(\t\x12\x16\n\x0e\x65xpected_group\x18\x05 \x01(\t\x12\x1f\n\x06\x64igest\x18\x06 \x01(\x0b\x32\x0f.amps.v1.Digest\x12*\n\tpositions\x18\x07 \x03(\x0b\x32\x17.amps.v1.OriginPosition\"q\n\x06\x44igest\x12\r\n\x05sends\x18\x01 \x01(\x08\x12\x0c\n\x04sync\x18\x02 \x01(\x08\x12$\n\x06topics\x18\x03 \x03(\x0b\x32\x14.amps.v1.TopicDigest\x12$\n\x06queues\x18\n \x03(\x0b\x32\x14.amps.v1.QueueDigest\"\xa7\x01\n\x0bQueueDigest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cmessage_type\x18\x03 \x01(\t\x12\x18\n\x10underlying_topic\x18\x04 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x05 \x01(\t\x12\x15\n\rinitial_owner\x18\x06 \x01(\t\x12%\n\x07holders\x18\x07 \x03(\x0b\x32\x14.amps.v1.QueueHolder\".\n\x0bQueueHolder\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\"A\n\x0bTopicDigest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmessage_type\x18\x02 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x03 \x01(\t\"L\n\x0eOriginPosition\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x13\n\x0borigin_txid\x18\x02 \x01(\x04\x12\x15\n\rupstream_txid\x18\x03 \x01(\x04\"(\n\x07Refusal\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"V\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x14\n\x0cthrough_txid\x18\x02 \x01(\x04\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\x14\n\x0crecord_count\x18\x04 \x01(\r\"\x1f\n\x07LinkAck\x12\x14\n\x0cthrough_txid\x18\x01 \x01(\x04\".\n\rLinkHeartbeat\x12\x1d\n\x05heard\x18\x01 \x03(\x0b\x32\x0e.amps.v1.Heard\")\n\x05Heard\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0e\n\x06\x61ge_ms\x18\x02 \x01(\x04\x32\x41\n\x0bReplication\x12\x32\n\x04Link\x12\x12.amps.v1.LinkFrame\x1a\x12.amps.v1.LinkFrame(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61mps/v1/replication.proto\x12\x07\x61mps.v1\"\xfe\x01\n\tLinkFrame\x12\x1f\n\x05hello\x18\x01 \x01(\x0b\x32\x0e.amps.v1.HelloH\x00\x12#\n\x07refusal\x18\x02 \x01(\x0b\x32\x10.amps.v1.RefusalH\x00\x12\x1f\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x0e.amps.v1.BatchH\x00\x12\x1f\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x10.amps.v1.LinkAckH\x00\x12+\n\theartbeat\x18\x05 \x01(\x0b\x32\x16.amps.v1.LinkHeartbeatH\x00\x12\x34\n\x10transfer_request\x18\x06 \x01(\x0b\x32\x18.amps.v1.TransferRequestH\x00\x42\x06\n\x04\x62ody\"\xbe\x01\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08instance\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x15\n\rexpected_peer\x18\x04 \x01(\t\x12\x16\n\x0e\x65xpected_group\x18\x05 \x01(\t\x12\x1f\n\x06\x64igest\x18\x06 \x01(\x0b\x32\x0f.amps.v1.Digest\x12*\n\tpositions\x18\x07 \x03(\x0b\x32\x17.amps.v1.OriginPosition\"q\n\x06\x44igest\x12\r\n\x05sends\x18\x01 \x01(\x08\x12\x0c\n\x04sync\x18\x02 \x01(\x08\x12$\n\x06topics\x18\x03 \x03(\x0b\x32\x14.amps.v1.TopicDigest\x12$\n\x06queues\x18\n \x03(\x0b\x32\x14.amps.v1.QueueDigest\"\xa7\x01\n\x0bQueueDigest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cmessage_type\x18\x03 \x01(\t\x12\x18\n\x10underlying_topic\x18\x04 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x05 \x01(\t\x12\x15\n\rinitial_owner\x18\x06 \x01(\t\x12%\n\x07holders\x18\x07 \x03(\x0b\x32\x14.amps.v1.QueueHolder\".\n\x0bQueueHolder\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\"A\n\x0bTopicDigest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmessage_type\x18\x02 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x03 \x01(\t\"L\n\x0eOriginPosition\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x13\n\x0borigin_txid\x18\x02 \x01(\x04\x12\x15\n\rupstream_txid\x18\x03 \x01(\x04\"(\n\x07Refusal\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"V\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x14\n\x0cthrough_txid\x18\x02 \x01(\x04\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\x14\n\x0crecord_count\x18\x04 \x01(\r\"\x1f\n\x07LinkAck\x12\x14\n\x0cthrough_txid\x18\x01 \x01(\x04\"x\n\x0fTransferRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0cpublisher_id\x18\x02 \x01(\x04\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\x11\n\trequester\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x11\n\thops_left\x18\x06 \x01(\r\".\n\rLinkHeartbeat\x12\x1d\n\x05heard\x18\x01 \x03(\x0b\x32\x0e.amps.v1.Heard\")\n\x05Heard\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0e\n\x06\x61ge_ms\x18\x02 \x01(\x04\x32\x41\n\x0bReplication\x12\x32\n\x04Link\x12\x12.amps.v1.LinkFrame\x1a\x12.amps.v1.LinkFrame(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,29 +32,31 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'amps.v1.replication_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LINKFRAME']._serialized_start=39
-  _globals['_LINKFRAME']._serialized_end=239
-  _globals['_HELLO']._serialized_start=242
-  _globals['_HELLO']._serialized_end=432
-  _globals['_DIGEST']._serialized_start=434
-  _globals['_DIGEST']._serialized_end=547
-  _globals['_QUEUEDIGEST']._serialized_start=550
-  _globals['_QUEUEDIGEST']._serialized_end=717
-  _globals['_QUEUEHOLDER']._serialized_start=719
-  _globals['_QUEUEHOLDER']._serialized_end=765
-  _globals['_TOPICDIGEST']._serialized_start=767
-  _globals['_TOPICDIGEST']._serialized_end=832
-  _globals['_ORIGINPOSITION']._serialized_start=834
-  _globals['_ORIGINPOSITION']._serialized_end=910
-  _globals['_REFUSAL']._serialized_start=912
-  _globals['_REFUSAL']._serialized_end=952
-  _globals['_BATCH']._serialized_start=954
-  _globals['_BATCH']._serialized_end=1040
-  _globals['_LINKACK']._serialized_start=1042
-  _globals['_LINKACK']._serialized_end=1073
-  _globals['_LINKHEARTBEAT']._serialized_start=1075
-  _globals['_LINKHEARTBEAT']._serialized_end=1121
-  _globals['_HEARD']._serialized_start=1123
-  _globals['_HEARD']._serialized_end=1164
-  _globals['_REPLICATION']._serialized_start=1166
-  _globals['_REPLICATION']._serialized_end=1231
+  _globals['_LINKFRAME']._serialized_end=293
+  _globals['_HELLO']._serialized_start=296
+  _globals['_HELLO']._serialized_end=486
+  _globals['_DIGEST']._serialized_start=488
+  _globals['_DIGEST']._serialized_end=601
+  _globals['_QUEUEDIGEST']._serialized_start=604
+  _globals['_QUEUEDIGEST']._serialized_end=771
+  _globals['_QUEUEHOLDER']._serialized_start=773
+  _globals['_QUEUEHOLDER']._serialized_end=819
+  _globals['_TOPICDIGEST']._serialized_start=821
+  _globals['_TOPICDIGEST']._serialized_end=886
+  _globals['_ORIGINPOSITION']._serialized_start=888
+  _globals['_ORIGINPOSITION']._serialized_end=964
+  _globals['_REFUSAL']._serialized_start=966
+  _globals['_REFUSAL']._serialized_end=1006
+  _globals['_BATCH']._serialized_start=1008
+  _globals['_BATCH']._serialized_end=1094
+  _globals['_LINKACK']._serialized_start=1096
+  _globals['_LINKACK']._serialized_end=1127
+  _globals['_TRANSFERREQUEST']._serialized_start=1129
+  _globals['_TRANSFERREQUEST']._serialized_end=1249
+  _globals['_LINKHEARTBEAT']._serialized_start=1251
+  _globals['_LINKHEARTBEAT']._serialized_end=1297
+  _globals['_HEARD']._serialized_start=1299
+  _globals['_HEARD']._serialized_end=1340
+  _globals['_REPLICATION']._serialized_start=1342
+  _globals['_REPLICATION']._serialized_end=1407
 # @@protoc_insertion_point(module_scope)

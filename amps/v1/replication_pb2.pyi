@@ -32,6 +32,7 @@ class LinkFrame(_message.Message):
     BATCH_FIELD_NUMBER: _builtins.int
     ACK_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
+    TRANSFER_REQUEST_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello: ...
     @_builtins.property
@@ -42,6 +43,8 @@ class LinkFrame(_message.Message):
     def ack(self) -> Global___LinkAck: ...
     @_builtins.property
     def heartbeat(self) -> Global___LinkHeartbeat: ...
+    @_builtins.property
+    def transfer_request(self) -> Global___TransferRequest: ...
     def __init__(
         self,
         *,
@@ -50,12 +53,13 @@ class LinkFrame(_message.Message):
         batch: Global___Batch | None = ...,
         ack: Global___LinkAck | None = ...,
         heartbeat: Global___LinkHeartbeat | None = ...,
+        transfer_request: Global___TransferRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "batch", b"batch", "body", b"body", "heartbeat", b"heartbeat", "hello", b"hello", "refusal", b"refusal"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "batch", b"batch", "body", b"body", "heartbeat", b"heartbeat", "hello", b"hello", "refusal", b"refusal", "transfer_request", b"transfer_request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "batch", b"batch", "body", b"body", "heartbeat", b"heartbeat", "hello", b"hello", "refusal", b"refusal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "batch", b"batch", "body", b"body", "heartbeat", b"heartbeat", "hello", b"hello", "refusal", b"refusal", "transfer_request", b"transfer_request"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["hello", "refusal", "batch", "ack", "heartbeat"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["hello", "refusal", "batch", "ack", "heartbeat", "transfer_request"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -331,6 +335,45 @@ class LinkAck(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LinkAck: _TypeAlias = LinkAck  # noqa: Y015
+
+@_typing.final
+class TransferRequest(_message.Message):
+    """R4: `requester` asks `owner` for one queued message (named by its bookmark). Never logged
+    (a lost request is a refusal); an instance that is not the owner forwards it towards the
+    owner while hops_left > 0.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    PUBLISHER_ID_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    REQUESTER_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
+    HOPS_LEFT_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    publisher_id: _builtins.int
+    seq: _builtins.int
+    requester: _builtins.str
+    owner: _builtins.str
+    hops_left: _builtins.int
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        publisher_id: _builtins.int = ...,
+        seq: _builtins.int = ...,
+        requester: _builtins.str = ...,
+        owner: _builtins.str = ...,
+        hops_left: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hops_left", b"hops_left", "owner", b"owner", "publisher_id", b"publisher_id", "queue", b"queue", "requester", b"requester", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransferRequest: _TypeAlias = TransferRequest  # noqa: Y015
 
 @_typing.final
 class LinkHeartbeat(_message.Message):

@@ -66,6 +66,6 @@ def test_giving_up_an_inactive_message_activates_up_to_it() -> None:
     assert engine.statistics(0).inactive_count == 3
     engine.handle(OwnershipMoved((PUBLISHER, 3), owned_here=False), 1)
     stats = engine.statistics(1)
-    assert (stats.depth, stats.inactive_count) == (2, 1)  # A4: 1 and 2 active, 3 moved away
+    assert (stats.depth, stats.inactive_count) == (3, 1)  # A4: 1 and 2 active, 3 moved away
     assert engine.owned_elsewhere_count() == 1
     engine.check_invariants()

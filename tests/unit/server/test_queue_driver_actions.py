@@ -89,6 +89,8 @@ def _driver(
     driver.dead_letters = [lambda record, reasons: instance.log.append(("dead", record.txid))]
     driver.engine = QueueEngine(QueuePolicy(semantics=semantics))
     driver.delivered_us = {}
+    driver.replica = None
+    driver._deferred_logged = {}
     return driver, instance, session
 
 

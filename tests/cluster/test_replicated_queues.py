@@ -1,0 +1,215 @@
+"""Replicated queues across three real instances (issue 9: R2-R6). Every scenario ends with the
+queue checker: lost, duplicated, delivered-while-leased-elsewhere and never-acked, all zero,
+and the queue empty on every instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from amps.client import Client
+from amps.log.journal import Journal
+from amps.log.records import TransferRecord
+from tests.cluster.checker import Delivery, QueueCount, check_queue
+from tests.cluster.test_replication import publish
+from tests.harness.cluster import Cluster, cluster, full_mesh, wait_until
+from tests.harness.instance import InstanceProcess
+
+NAMES = ["a", "b", "c"]
+COUNT = 100
+CLEAN = QueueCount(0, 0, 0, 0)
+
+
+def queue_xml(kind: str = "Queue", extra: str = "") -> str:
+    return (
+        f"<SOW><{kind}><Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic>"
+        f"<MessageType>json</MessageType><MaxPerSubscriptionBacklog>20"
+        f"</MaxPerSubscriptionBacklog>{extra}</{kind}></SOW>"
+    )
+
+
+@pytest.fixture
+def clusters() -> Iterator[list[Cluster]]:
+    started: list[Cluster] = []
+    try:
+        yield started
+    finally:
+        for running in started:
+            running.kill()
+
+
+def start(tmp_path: Path, clusters: list[Cluster], queue: str) -> Cluster:
+    mesh = cluster(tmp_path, NAMES)
+    clusters.append(mesh)
+    return mesh.start(full_mesh(NAMES), dict.fromkeys(NAMES, queue))
+
+
+def queue_stats(process: InstanceProcess) -> dict[str, object]:
+    url = f"http://127.0.0.1:{process.admin_port}/amps/instance/queues.json"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        (queue,) = orjson.loads(response.read())["queues"]
+    return dict(queue)
+
+
+def depth(process: InstanceProcess) -> int:
+    return int(queue_stats(process)["queue_depth"])  # type: ignore[call-overload]
+
+
+def grants(process: InstanceProcess) -> list[tuple[str, str]]:
+    """(writer, new owner) of every grant or claim of `work` in the instance's journal."""
+    journal = Journal.open(process.workdir / "journal", read_only=True)
+    try:
+        found = []
+        position = journal.first_txid
+        while records := journal.read(position, 10_000):
+            found.extend(
+                (r.from_instance, r.to_instance)
+                for r in records
+                if isinstance(r, TransferRecord) and r.queue == "work"
+            )
+            position = records[-1].txid + 1
+        return found
+    finally:
+        journal.close_read_only()
+
+
+class Consumers:
+    """Queue consumers on some instances that ack what they get at once, recording it."""
+
+    def __init__(self, mesh: Cluster) -> None:
+        self.mesh = mesh
+        self.deliveries: list[Delivery] = []
+        self.barriers: dict[str, list[tuple[str, int]]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready: list[asyncio.Event] = []
+
+    async def start(self, *names: str, backlog: int = 10) -> None:
+        for name in names:
+            ready = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._consume(name, backlog, ready)))
+            self._ready.append(ready)
+        await asyncio.gather(*(r.wait() for r in self._ready))
+
+    async def _consume(self, name: str, backlog: int, ready: asyncio.Event) -> None:
+        async with Client(f"consumer-{name}") as client:
+            await client.connect(self.mesh[name].address)
+            subscription = await client.subscribe("work", max_backlog=backlog)
+            ready.set()
+            async for message in subscription:
+                body = message.json()
+                key = (str(body["p"]), int(body["n"]))
+                if body.get("barrier"):
+                    self.barriers.setdefault(name, []).append(key)
+                    continue
+                received = time.monotonic()
+                await message.ack()
+                await client.flush_acks()
+                self.deliveries.append(Delivery(name, key, received, time.monotonic()))
+
+    def delivered_on(self, name: str) -> int:
+        return sum(1 for d in self.deliveries if d.instance == name)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def drained(mesh: Cluster, consumers: Consumers, expected: dict[str, int]) -> QueueCount:
+    """Wait until every message was delivered and every queue is empty; the checker's count."""
+    total = sum(expected.values())
+    await wait_until(lambda: len(consumers.deliveries) >= total, 90)
+    await wait_until(lambda: all(depth(mesh[n]) == 0 for n in NAMES), 60)
+    left = sum([await asyncio.to_thread(depth, mesh[n]) for n in NAMES])
+    await consumers.stop()
+    return check_queue(consumers.deliveries, expected, left)
+
+
+async def test_consumers_only_on_a_non_owner_get_everything_by_transfer(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """R4, R5: a publishes (a owns), only c consumes: every message moves by a transfer."""
+    mesh = start(tmp_path, clusters, queue_xml())
+    consumers = Consumers(mesh)
+    await consumers.start("c")
+    await publish(mesh["a"], "pub-a", COUNT)
+    assert await drained(mesh, consumers, {"pub-a": COUNT}) == CLEAN
+    assert consumers.delivered_on("c") == COUNT
+    # Each one granted by its owner, logged there and replicated to every holder (R5).
+    for name in NAMES:
+        assert grants(mesh[name]) == [("a", "c")] * COUNT, name
+
+
+async def test_the_owner_serves_its_own_consumers_first(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """R3: with a consumer on the owner that can always take more, a non-owner's consumer
+    gets nothing; publishes on two instances go to each one's own consumer."""
+    mesh = start(tmp_path, clusters, queue_xml())
+    consumers = Consumers(mesh)
+    await consumers.start("a", "b", "c", backlog=20)
+    await asyncio.gather(publish(mesh["a"], "pub-a", COUNT), publish(mesh["b"], "pub-b", COUNT))
+    assert await drained(mesh, consumers, {"pub-a": COUNT, "pub-b": COUNT}) == CLEAN
+    by_instance = {(d.instance, d.message[0]) for d in consumers.deliveries}
+    assert by_instance <= {("a", "pub-a"), ("b", "pub-b"), ("c", "pub-a"), ("c", "pub-b")}
+    assert consumers.delivered_on("a") + consumers.delivered_on("b") > COUNT
+
+
+async def test_group_local_queue_is_owned_by_its_initial_owner(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """R2: a GroupLocalQueue's messages are owned by InitialOwner wherever published."""
+    mesh = start(tmp_path, clusters, queue_xml("GroupLocalQueue", "<InitialOwner>b</InitialOwner>"))
+    consumers = Consumers(mesh)
+    await consumers.start("b", backlog=20)
+    await asyncio.gather(publish(mesh["a"], "pub-a", COUNT), publish(mesh["c"], "pub-c", COUNT))
+    assert await drained(mesh, consumers, {"pub-a": COUNT, "pub-c": COUNT}) == CLEAN
+    assert consumers.delivered_on("b") == 2 * COUNT
+    assert grants(mesh["b"]) == []  # nothing had to move
+
+
+async def test_local_queue_delivers_a_copy_on_every_instance(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """R2: a LocalQueue is not replicated (its underlying topic is): each instance delivers
+    its own copy and acks stay where they are made."""
+    mesh = start(tmp_path, clusters, queue_xml("LocalQueue"))
+    consumers = Consumers(mesh)
+    await consumers.start("a", "c")
+    await publish(mesh["a"], "pub-a", COUNT)
+    await wait_until(lambda: len(consumers.deliveries) >= 2 * COUNT, 90)
+    await wait_until(lambda: depth(mesh["a"]) == 0 and depth(mesh["c"]) == 0, 60)
+    assert await asyncio.to_thread(depth, mesh["b"]) == COUNT  # nobody consumes on b
+    await consumers.stop()
+    for name in ("a", "c"):
+        mine = [d for d in consumers.deliveries if d.instance == name]
+        assert check_queue(mine, {"pub-a": COUNT}) == CLEAN, name
+
+
+async def test_barriers_release_on_each_instance(tmp_path: Path, clusters: list[Cluster]) -> None:
+    """R6: a barrier is delivered by every instance that holds it once every earlier message
+    there is acknowledged, whoever owned them."""
+    barrier = "<BarrierExpression>/barrier = 1</BarrierExpression>"
+    mesh = start(tmp_path, clusters, queue_xml(extra=barrier))
+    consumers = Consumers(mesh)
+    await consumers.start("a", "b")
+    async with Client("pub-a") as client:
+        await client.connect(mesh["a"].address)
+        for n in range(1, 11):
+            await client.publish("orders", orjson.dumps({"p": "pub-a", "n": n}))
+        await client.publish("orders", orjson.dumps({"p": "pub-a", "n": 11, "barrier": 1}))
+        await client.flush(timeout_s=60)
+    await wait_until(lambda: len(consumers.barriers) == 2, 60)
+    assert consumers.barriers == {"a": [("pub-a", 11)], "b": [("pub-a", 11)]}
+    assert check_queue(consumers.deliveries, {"pub-a": 10}) == CLEAN
+    await consumers.stop()
