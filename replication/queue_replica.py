@@ -374,6 +374,7 @@ class QueueReplica:
             return
         engine = self.engine
         for key in keys:
+            self._asked.discard(key)
             waited = self._waiting.pop(key, None)
             if waited is not None:
                 owner = self.ownership.owner_of(key)
@@ -431,6 +432,7 @@ class QueueReplica:
             self._waiting[key] = (txid, now_ms)
 
     def _forget(self, key: MessageKey) -> None:
+        self._asked.discard(key)
         if self._waiting.pop(key, None) is not None:
             owner = self.ownership.owner_of(key)
             if owner is not None:
@@ -448,38 +450,39 @@ class QueueReplica:
                 self._waiting[key] = waited
 
     def _request_waiting(self, now_ms: int, out: list[ReplicaAction]) -> None:
-        """Rule 4: ask the owners for waiting messages that local subscribers could take."""
+        """Rule 4: ask the owners for waiting messages that local subscribers could take.
+
+        Waiting messages are in arrival order, so the scan stops at the first one that has not
+        waited long enough (one owner's later message may wait up to the difference of two
+        owners' estimates longer than it would have to); at most `max_scan` are looked at.
+        """
         self._scan_deadline_ms = None
         if not self._waiting:
             return
         engine = self.engine
         ownership = self.ownership
-        room = engine.free_backlog()
+        if self._asked:
+            self._requeue_refused()  # answered (or refused) since: room again
+        room = engine.free_backlog() - len(self._asked)
         if room <= 0:
-            return  # a step that frees backlog runs this again
-        requested = OwnershipState.REQUESTED
-        candidates = list(islice(self._waiting.items(), self.options.max_scan))
-        outstanding = sum(1 for key, _ in candidates if ownership.state_of(key) is requested)
-        room -= outstanding
-        deadline: int | None = None
-        for key, (txid, arrived_ms) in candidates:
-            if room <= 0:
-                break
-            state = ownership.state_of(key)
-            if state is requested or key not in self._waiting:
+            return  # a step that frees backlog (or a refusal) runs this again
+        wanted: list[MessageKey] = []
+        for key, (txid, arrived_ms) in islice(self._waiting.items(), self.options.max_scan):
+            if key in self._asked:
                 continue
             owner = ownership.owner_of(key)
-            if owner is None or state is None or state is OwnershipState.REMOVED:
-                self._waiting.pop(key, None)  # left meanwhile
-                continue
+            if owner is None:
+                continue  # left meanwhile; `_forget` drops it
             ready_ms = arrived_ms + self.latencies.of(owner[0]).estimate_ms() + 1
             if now_ms < ready_ms:
-                deadline = ready_ms if deadline is None else min(deadline, ready_ms)
-                continue
-            if not engine.has_taker(txid):
-                continue
+                self._scan_deadline_ms = ready_ms
+                break
+            if engine.has_taker(txid):
+                wanted.append(key)
+                if len(wanted) >= room:
+                    break
+        requested = OwnershipState.REQUESTED
+        for key in wanted:
             self._ownership_actions(ownership.handle(TakerWaiting(key), now_ms), now_ms, out)
             if ownership.state_of(key) is requested:
                 self._asked.add(key)
-            room -= 1
-        self._scan_deadline_ms = deadline

@@ -22,6 +22,7 @@ from tests.cluster.checker import Delivery, QueueCount, check_queue
 from tests.cluster.test_replication import publish
 from tests.harness.cluster import Cluster, cluster, full_mesh, wait_until
 from tests.harness.instance import InstanceProcess
+from tests.harness.streams import more_within, take
 
 NAMES = ["a", "b", "c"]
 COUNT = 100
@@ -213,3 +214,28 @@ async def test_barriers_release_on_each_instance(tmp_path: Path, clusters: list[
     assert consumers.barriers == {"a": [("pub-a", 11)], "b": [("pub-a", 11)]}
     assert check_queue(consumers.deliveries, {"pub-a": 10}) == CLEAN
     await consumers.stop()
+
+
+async def test_a_restarted_owner_rebuilds_ownership_from_its_log(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """Recovery (R5, Q16): the owner, SIGKILLed after granting messages away and restarted,
+    replays its grants with the queue: it never delivers what another instance holds, and the
+    acks made there still remove the messages everywhere."""
+    mesh = start(tmp_path, clusters, queue_xml())
+    async with Client("holder") as holder:
+        await holder.connect(mesh["c"].address)
+        on_c = await holder.subscribe("work", max_backlog=10)
+        await publish(mesh["a"], "pub-a", 10)
+        held = await take(on_c, 10, 60)  # all ten moved to c by transfer, leased there
+        await asyncio.to_thread(mesh["a"].restart, kill=True)
+        async with Client("owner-consumer") as other:
+            await other.connect(mesh["a"].address)
+            on_a = await other.subscribe("work", max_backlog=10)
+            assert await more_within(on_a, 2.0) == []  # granted away before the crash
+            for message in held:
+                await message.ack()
+            await holder.flush_acks()
+            await wait_until(lambda: all(depth(mesh[n]) == 0 for n in NAMES), 60)
+            assert await more_within(on_a, 0.5) == []
+    assert sorted(grants(mesh["a"])) == [("a", "c")] * 10

@@ -1,0 +1,111 @@
+"""Replicated queue figures (issue 9), each beside the single-instance queue figure of the same
+run. Prints; asserts nothing. The machine is shared: read the ratios.
+
+`.venv/bin/python -m bench.bench_replicated_queues [--quick] [--messages N]`
+
+1. end to end, one instance: one publisher and four consumers (backlog 100), 1 KB JSON, first
+   publish to last ack (the reference);
+2. the same with a sync peer b (queue replicated both ways), consumers on the owner a only;
+3. consumers on both instances (two on a, two on b), publishes on a: the rate and the share
+   the owner served locally (R3);
+4. consumers only on b (every message transferred, R4/R5): messages/s, and publish-to-delivery
+   p50/p99 of a transferred message at 1,000 msg/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.bench_queues import (
+    SPAWN,
+    part,
+    queue_instance,
+    queue_stats,
+    queue_xml,
+    wait_stat,
+    workers,
+)
+from bench.common import percentile, rate
+from tests.harness.cluster import Cluster, Link, cluster
+
+
+@contextlib.contextmanager
+def replicated_pair() -> Iterator[Cluster]:
+    """a <-> b, sync both ways, the queue on both (replicated: destinations take every topic)."""
+    root = Path(tempfile.mkdtemp(prefix="bench-replicated-queues-"))
+    running = cluster(root, ["a", "b"])
+    try:
+        running.start({"a": [Link("b")], "b": [Link("a")]}, {"a": queue_xml(), "b": queue_xml()})
+        yield running
+    finally:
+        running.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(
+    publish_to: str, consumers: list[str], admin_port: int, total: int, per_s: float | None
+) -> tuple[float, dict[str, dict[str, Any]]]:
+    """One publisher at `publish_to`, one consumer per address in `consumers` (backlog 100);
+    returns (seconds from the first publish to the owner's last ack seen, results)."""
+    latency = per_s is not None
+    warmup = int(per_s) if per_s is not None else 0
+    with workers() as group:
+        ready, go, stop = SPAWN.Barrier(len(consumers) + 2), SPAWN.Event(), SPAWN.Event()
+        for i, address in enumerate(consumers):
+            group.start("consumer", f"c{i}", address, f"rq-c{i}", 100, latency, ready, stop)
+        group.start("publisher", "pub", publish_to, "rq-pub", total, 1024, per_s, warmup,
+                    ready, go)  # fmt: skip
+        ready.wait(60)
+        acked_before = queue_stats(admin_port)["acked_count"]
+        go.set()
+        done = wait_stat(admin_port, "acked_count", acked_before + total)
+        stop.set()
+        got = group.collect(len(consumers) + 1)
+    return done - got["pub"]["started"], got
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--messages", type=int, default=None)
+    args = parser.parse_args()
+    total = args.messages or (20_000 if args.quick else 100_000)
+    seconds = 5.0 if args.quick else 12.0
+    print(f"bench_replicated_queues: {total:,} messages of 1 KB per run", flush=True)
+    reference = 0.0
+    with part("single instance"), queue_instance("rq-single") as single:
+        took, _ = run(single.address, [single.address] * 4, single.admin_port, total, None)
+        reference = total / took
+        print(f"1. one instance, 4 consumers: {rate(total, took)} (the reference)", flush=True)
+    with part("replicated"), replicated_pair() as pair:
+        a, b = pair["a"], pair["b"]
+        took, _ = run(a.address, [a.address] * 4, a.admin_port, total, None)
+        print(f"2. sync peer, 4 consumers on the owner: {rate(total, took)}, "
+              f"{total / took / reference:.2f}x the single instance", flush=True)  # fmt: skip
+        took, got = run(a.address, [a.address] * 2 + [b.address] * 2, a.admin_port, total, None)
+        local = got["c0"]["count"] + got["c1"]["count"]
+        print(f"3. 2 consumers on the owner, 2 on the peer: {rate(total, took)} "
+              f"({total / took / reference:.2f}x), {local / total:.1%} served by the owner",
+              flush=True)  # fmt: skip
+        took, _ = run(a.address, [b.address] * 4, a.admin_port, total, None)
+        print(f"4. 4 consumers on the peer only (every message transferred): "
+              f"{rate(total, took)} ({total / took / reference:.2f}x)", flush=True)  # fmt: skip
+        paced = int(1_000 * (seconds + 1))
+        started = time.monotonic()
+        _, got = run(a.address, [b.address] * 4, a.admin_port, paced, 1_000.0)
+        latencies = sorted(x for i in range(4) for x in got[f"c{i}"]["latencies"])
+        p50, p99 = (percentile(latencies, f) * 1000 for f in (0.5, 0.99))
+        print(f"   at 1,000 msg/s, publish -> delivery of a transferred message: p50 {p50:.1f} "
+              f"ms, p99 {p99:.1f} ms ({len(latencies):,} messages, "
+              f"{time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
