@@ -239,3 +239,28 @@ async def test_a_restarted_owner_rebuilds_ownership_from_its_log(
             await wait_until(lambda: all(depth(mesh[n]) == 0 for n in NAMES), 60)
             assert await more_within(on_a, 0.5) == []
     assert sorted(grants(mesh["a"])) == [("a", "c")] * 10
+
+
+DEAD_LETTERS = (
+    "<Actions><Action><On><Module>amps-action-on-sow-expire-message</Module><Options>"
+    "<Topic>work</Topic><MessageType>json</MessageType></Options></On>"
+    "<Do><Module>amps-action-do-publish-message</Module><Options><Topic>dead-letters</Topic>"
+    "<MessageType>json</MessageType><Data>{{AMPS_DATA}}</Data></Options></Do></Action></Actions>"
+)
+
+
+async def test_only_the_owner_expires_and_the_dead_letter_is_written_once(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """R2, Q13: nobody consumes; the owner alone expires the messages, writes one dead letter
+    each (replicated like any publish) and its removals empty the queue everywhere."""
+    mesh = start(tmp_path, clusters, queue_xml(extra="<Expiration>1s</Expiration>") + DEAD_LETTERS)
+    await publish(mesh["a"], "pub-a", 10)
+    await wait_until(lambda: all(depth(mesh[n]) == 0 for n in NAMES), 60)
+    for name in NAMES:
+        async with Client(f"dead-reader-{name}") as reader:
+            await reader.connect(mesh[name].address)
+            replay = await reader.subscribe("dead-letters", bookmark="epoch")
+            letters = await take(replay, 10, 60)
+            assert sorted(int(m.json()["n"]) for m in letters) == list(range(1, 11)), name
+            assert await more_within(replay, 1.0) == [], name  # not once per instance
