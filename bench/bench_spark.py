@@ -1,9 +1,11 @@
 """The Spark source, sink and queue report against references measured in the same run.
 
-`.venv/bin/python -m bench.bench_spark [--rows N] [--sink-rows N] [--report-messages N]`
+`.venv/bin/python -m bench.bench_spark [--rows N] [--sink-rows N] [--report-messages N]
+[--only reads|sink|report]`
 
 - journal read into `df.count()` and `groupBy(topic).count()`, rows/s, against the Arrow
-  ceiling: a trivial Python data source yielding the same batches from memory;
+  ceiling: a trivial Python data source yielding the same batches from memory; beside it the
+  read as it was before the columnar decode (per-record objects, `amps_records`);
 - server read rows/s against the `epoch` replay rate of the same instance (the Python client);
 - sink rows/s against `amps publish` of the same rows;
 - `amps report queues` over a journal of N messages (seconds).
@@ -31,6 +33,7 @@ from amps.client import Client
 from bench.common import json_payloads, temp_instance
 from tests.harness.instance import process_env
 
+ROUNDS = 3  # interleaved rounds of the journal read figures; the best of each is printed
 BYTES = 256  # payload size: the per-row costs, not the copy, are what is measured
 
 
@@ -102,6 +105,40 @@ def _ceiling_source(batch: pa.RecordBatch, repeats: int, partitions: int) -> typ
     return Ceiling
 
 
+def _records_source() -> type:
+    """The journal read as it was before the columnar decode: every piece through the journal's
+    reader and codec into per-record objects, then Python lists per column (`read_records`)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from amps.spark import journal_read
+    from amps.spark.options import ReadOptions
+    from amps.spark.rows import SCHEMA_DDL
+
+    class _Reader(DataSourceReader):
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(p) for p in journal_read.plan(self.path, ReadOptions())]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            piece = partition.value
+            return journal_read.read_records(piece, ReadOptions(), piece.first_txid)
+
+    class Records(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "amps_records"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return _Reader(self.options["path"])
+
+    return Records
+
+
 def bench_reads(spark: Any, rows: int) -> None:
     from amps.spark import journal_read
     from amps.spark.options import ReadOptions
@@ -110,30 +147,38 @@ def bench_reads(spark: Any, rows: int) -> None:
         print(f"publishing {rows:,} rows of {BYTES} B ...", flush=True)
         asyncio.run(_publish(instance.address, "bench", rows))
         journal = str(instance.workdir / "journal")
-        df = spark.read.format("amps").load(journal)
-        partitions = df.rdd.getNumPartitions()
-        spark.read.format("amps").load(journal).count()  # warm the Python workers
-        count, seconds = _timed(lambda: spark.read.format("amps").load(journal).count())
-        grouped, g_seconds = _timed(
-            lambda: spark.read.format("amps").load(journal).groupBy("topic").count().collect()
-        )
+        partitions = spark.read.format("amps").load(journal).rdd.getNumPartitions()
+        count = spark.read.format("amps").load(journal).count()
         # The ceiling: the same rows, as 8192-row batches of this journal's own, from memory.
         first = next(journal_read.read(journal_read.plan(journal, ReadOptions())[0], ReadOptions()))
         repeats = max(1, rows // (first.num_rows * partitions))
         spark.dataSource.register(_ceiling_source(first, repeats, partitions))
         ceiling_rows = repeats * first.num_rows * partitions
-        spark.read.format("amps_ceiling").load().count()
-        _, c_seconds = _timed(lambda: spark.read.format("amps_ceiling").load().count())
-        _, cg_seconds = _timed(
-            lambda: spark.read.format("amps_ceiling").load().groupBy("topic").count().collect()
-        )
-        ceiling, ceiling_g = _rate(ceiling_rows, c_seconds), _rate(ceiling_rows, cg_seconds)
-        read, read_g = _rate(count, seconds), _rate(count, g_seconds)
-        assert sum(r["count"] for r in grouped) == count
-        print(f"journal read, {partitions} partitions: count() {read:,.0f} rows/s, "
-              f"ceiling {ceiling:,.0f} rows/s ({read / ceiling:.2f}x); groupBy(topic).count() "
-              f"{read_g:,.0f} rows/s, ceiling {ceiling_g:,.0f} rows/s ({read_g / ceiling_g:.2f}x)",
-              flush=True)  # fmt: skip
+        # Before the columnar decode: the journal's reader and codec, per-record objects.
+        spark.dataSource.register(_records_source())
+        sources = {"amps": (journal, count), "amps_records": (journal, count),
+                   "amps_ceiling": (None, ceiling_rows)}  # fmt: skip
+        best: dict[tuple[str, str], float] = {}
+        for _ in range(ROUNDS):  # interleaved, best of each: the machine's load comes and goes
+            for name, (path, expected) in sources.items():
+                for query in ("count", "groupBy"):
+                    frame = spark.read.format(name).load(path) if path else spark.read.format(
+                        name).load()  # fmt: skip
+                    if query == "count":
+                        got, seconds = _timed(frame.count)
+                    else:
+                        grouped, seconds = _timed(frame.groupBy("topic").count().collect)
+                        got = sum(r["count"] for r in grouped)
+                    assert got == expected, (name, query, got, expected)
+                    rate = _rate(expected, seconds)
+                    best[name, query] = max(best.get((name, query), 0.0), rate)
+        for query, label in (("count", "count()"), ("groupBy", "groupBy(topic).count()")):
+            read, ceiling = best["amps", query], best["amps_ceiling", query]
+            before = best["amps_records", query]
+            print(f"journal read, {partitions} partitions, {label}: {read:,.0f} rows/s, "
+                  f"ceiling {ceiling:,.0f} rows/s ({read / ceiling:.2f}x); per-record "
+                  f"decode (before) {before:,.0f} rows/s ({before / ceiling:.2f}x)",
+                  flush=True)  # fmt: skip
 
         replay = asyncio.run(_replay_rate(instance.address, "bench", rows))
         server = spark.read.format("amps").option("server", instance.address)
@@ -229,6 +274,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--sink-rows", type=int, default=100_000)
     parser.add_argument("--report-messages", type=int, default=1_000_000)
+    parser.add_argument("--only", choices=("reads", "sink", "report"), help="one part only")
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -237,11 +283,14 @@ def main() -> None:
     spark = session_builder("local[2]", "amps-bench").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        bench_reads(spark, args.rows)
-        bench_sink(spark, args.sink_rows)
+        if args.only in (None, "reads"):
+            bench_reads(spark, args.rows)
+        if args.only in (None, "sink"):
+            bench_sink(spark, args.sink_rows)
     finally:
         spark.stop()
-    bench_report(args.report_messages)
+    if args.only in (None, "report"):
+        bench_report(args.report_messages)
 
 
 if __name__ == "__main__":

@@ -10,18 +10,22 @@ codec, whatever is appended meanwhile.
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from amps.errors import CorruptRecord, InvalidOptions
 from amps.log.bookmarks import Epoch, parse_bookmark_spec
 from amps.log.journal import Journal
-from amps.log.reader import SegmentReader
+from amps.log.reader import MIN_READ_BYTES, SegmentFiles, SegmentReader
 from amps.log.records import Record
 from amps.log.segments import SegmentBuilder, SegmentSummary
+from amps.server.topics import topic_matcher
+from amps.spark import columns
 from amps.spark.options import ReadOptions
 from amps.spark.rows import records_batch
 
@@ -89,7 +93,65 @@ def _open_live(path: Path, archive: Path | None) -> Journal:
 
 
 def read(piece: JournalPiece, options: ReadOptions) -> Iterator[pa.RecordBatch]:
-    """The selected records of one piece, as batches of at most BATCH_RECORDS rows."""
+    """The selected records of one piece, as batches of at most about BATCH_RECORDS rows.
+
+    Publishes (the default kind) without a content filter are decoded column by column
+    (amps.spark.columns); a chunk that needs more than that, and every other read, goes
+    through the journal's own reader (`read_records`), which also names any damage.
+    """
+    if options.kinds != "publish" or options.filter:
+        yield from read_records(piece, options, piece.first_txid)
+        return
+    keep_topic = _topic_mask(options.topic)
+    segment = piece.segment
+    files = SegmentFiles(lambda _first_txid: Path(piece.path), 1)
+    try:
+        pread = files.file(segment.first_txid).pread
+        j = bisect_right(segment.index_txids, piece.first_txid) - 1
+        offset = segment.index_offsets[j]
+        average = segment.size_bytes // max(1, segment.record_count) + 1
+        size = max(MIN_READ_BYTES, BATCH_RECORDS * average)
+        txid = piece.first_txid
+        while txid <= piece.last_txid:
+            chunk = pread(size, offset)
+            decoded = columns.decode(chunk, txid, piece.last_txid)
+            if decoded is None or (not decoded.consumed and len(chunk) < size):
+                # Damage, an end before the summary's last txid, or an unusual frame: the
+                # journal's own reader reads on from here (and says what is wrong, if anything).
+                yield from read_records(piece, options, txid)
+                return
+            if not decoded.consumed:
+                size *= 2  # one frame longer than the read
+                continue
+            offset += decoded.consumed
+            txid = decoded.next_txid
+            batch = decoded.batch
+            if batch is not None and keep_topic is not None:
+                batch = batch.filter(keep_topic(batch.column(0)))
+            if batch is not None and batch.num_rows:
+                yield batch
+    finally:
+        files.close()
+
+
+def _topic_mask(topic: str) -> Callable[[pa.Array], pa.Array] | None:
+    """For a topic option: the rows of a topic column that match it (each distinct topic of a
+    batch is matched once)."""
+    if not topic:
+        return None
+    matcher = topic_matcher(topic)
+
+    def mask(topics: pa.Array) -> pa.Array:
+        distinct = pc.unique(topics).to_pylist()
+        return pc.is_in(topics, pa.array([t for t in distinct if matcher.matches(t)], pa.string()))
+
+    return mask
+
+
+def read_records(
+    piece: JournalPiece, options: ReadOptions, first_txid: int
+) -> Iterator[pa.RecordBatch]:
+    """Records first_txid..piece.last_txid through the journal's reader and codec."""
     segment_path = Path(piece.path)
     reader = SegmentReader(lambda _first_txid: segment_path)
     keep = options.selector()
@@ -100,7 +162,7 @@ def read(piece: JournalPiece, options: ReadOptions) -> Iterator[pa.RecordBatch]:
         if not options.topic and not options.filter:
             keep = None
     try:
-        txid = piece.first_txid
+        txid = first_txid
         while txid <= piece.last_txid:
             records = fetch([piece.segment], txid, piece.last_txid, BATCH_RECORDS)
             if not records:

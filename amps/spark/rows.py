@@ -19,7 +19,8 @@ from amps.log.records import PublishRecord, QueueRecord, Record, TransferRecord
 if TYPE_CHECKING:
     from amps.client import Message
 
-_TS = pa.timestamp("us", tz="UTC")
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+_TS = TIMESTAMP
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -128,7 +129,7 @@ def _row(record: Record) -> dict[str, Any]:
 
 
 def messages_batch(messages: Sequence[Message]) -> pa.RecordBatch:
-    """Deliveries of a bookmark replay as one batch (a delivery names no origin: null)."""
+    """Deliveries of a bookmark replay with the `origin` option as one batch."""
     n = len(messages)
     publishers: list[str] = []
     seqs: list[int] = []
@@ -144,8 +145,8 @@ def messages_batch(messages: Sequence[Message]) -> pa.RecordBatch:
         pa.array([m.data for m in messages], pa.binary()),
         pa.array(publishers, pa.string()),
         pa.array(seqs, pa.int64()),
-        _nulls("origin_instance", n),
-        _nulls("origin_txid", n),
+        pa.array([m.origin_instance for m in messages], pa.string()),
+        pa.array([m.origin_txid for m in messages], pa.int64()),
         _nulls("correlation_id", n),
         pa.array(["publish"] * n, pa.string()),
     ]

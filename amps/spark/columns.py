@@ -1,0 +1,204 @@
+"""Journal frames decoded column by column into Arrow: the Spark journal read's hot path.
+
+`codec.decode_publishes` builds a Python object per record and `rows.publishes_batch` then one
+Python list per column; here a chunk of a segment becomes Arrow arrays built from buffers:
+
+- the frames are found with numpy (every position of the frame magic, each frame's length
+  gathered there, the chain of lengths checked from the chunk's first frame);
+- each frame's CRC32C is checked (one call per frame: the only per-record Python step);
+- the fixed fields of every publish are one numpy gather viewed through the codec's own layout
+  (`codec._PUBLISH`, shared, not copied), strings are gathered into Arrow string arrays (UTF-8
+  checked by Arrow) and the data bytes joined once.
+
+Anything else (a damaged frame, the magic inside a payload, a malformed string) is not decided
+here: `decode` returns None and the caller reads that chunk with the journal's own reader,
+which says precisely what is wrong. Control frames are checked by `codec.decode_control`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import google_crc32c
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from amps.errors import CorruptRecord
+from amps.log import codec
+from amps.log.records import RecordKind
+from amps.spark.rows import ARROW_SCHEMA, TIMESTAMP
+
+_HEADER = codec.HEADER_SIZE_BYTES
+_FIXED = codec._PUBLISH  # the publish layout is codec's (a unit test compares the two decodes)
+_FIXED_DTYPE = np.dtype(
+    [("kind", "u1"), ("txid", "<u8"), ("ts", "<u8"), ("pub", "<u8"), ("seq", "<u8"),
+     ("otx", "<u8"), ("exp", "<u4"), ("lt", "<u2"), ("loi", "<u2"), ("log", "<u2"),
+     ("lc", "<u2")]
+)  # fmt: skip
+assert _FIXED_DTYPE.itemsize == _FIXED.size
+_HEADER_DTYPE = np.dtype([("magic", "<u4"), ("crc", "<u4"), ("length", "<u4")])
+_MAGIC_THIRD = codec._MAGIC_BYTES[2]
+_PREFIX = 9  # kind u8 | txid u64: how every record payload starts
+_KIND_PUBLISH = int(RecordKind.PUBLISH)
+_CONTROL_KINDS = np.array(sorted(codec.CONTROL_KINDS), np.uint8)
+_crc = google_crc32c.value
+_NULL_STRING = pa.scalar(None, pa.string())
+
+Int64s = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A chunk's publishes in from_txid..last_txid as one batch (None: none there), the bytes
+    of whole frames consumed, and the txid after the last record consumed."""
+
+    batch: pa.RecordBatch | None
+    consumed: int
+    next_txid: int
+
+
+def _gather(arr: npt.NDArray[np.uint8], starts: Int64s, width: int) -> npt.NDArray[np.uint8]:
+    """`width` bytes at each of `starts`, as an (n, width) array: rows of a sliding-window view,
+    so numpy copies each row without an index per byte."""
+    windows = np.lib.stride_tricks.sliding_window_view(arr, width)
+    return windows[starts]
+
+
+def _frames(chunk: bytes, arr: npt.NDArray[np.uint8]) -> tuple[Int64s, Int64s] | None:
+    """(offsets, lengths) of the complete frames chained from offset 0, or None when the chain
+    is not plain (damage, or the magic inside a payload: the caller's ordinary reader decides)."""
+    size = len(chunk)
+    if size < _HEADER:
+        return None if size and not codec._MAGIC_BYTES.startswith(chunk) else _NONE
+    # Candidates: where the magic's third byte (0xB5, rare in text) is; then all four checked.
+    starts: Int64s = np.flatnonzero(arr[2:] == _MAGIC_THIRD).astype(np.int64)
+    starts = starts[starts <= size - _HEADER]
+    starts = starts[_gather(arr, starts, 4).view("<u4").ravel() == codec.MAGIC]
+    if not len(starts) or starts[0] != 0:
+        return None
+    lengths = _gather(arr, starts + 8, 4).view("<u4").ravel().astype(np.int64)
+    if (lengths < _PREFIX).any() or (lengths > codec.MAX_PAYLOAD_BYTES).any():
+        return None
+    stops = starts + _HEADER + lengths
+    if not (stops[:-1] == starts[1:]).all():
+        return None
+    complete = int(np.searchsorted(stops, size, side="right"))
+    return starts[:complete], lengths[:complete]
+
+
+_NONE: tuple[Int64s, Int64s] = (np.empty(0, np.int64), np.empty(0, np.int64))
+
+
+def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
+    """The publishes of txids from_txid..last_txid among the complete frames of `chunk` (which
+    starts at a frame); None when the chunk needs the journal's ordinary reader.
+
+    Frames after the last record at or below last_txid are not consumed."""
+    arr = np.frombuffer(chunk, np.uint8)
+    found = _frames(chunk, arr)
+    if found is None:
+        return None
+    starts, lengths = found
+    # Every payload starts kind u8 | txid u64; a control frame has 0 where a record has its txid.
+    txids = _gather(arr, starts + _HEADER + 1, 8).view("<u8").ravel()
+    kept = int(np.searchsorted(np.maximum.accumulate(txids), last_txid, side="right"))
+    starts, lengths, txids = starts[:kept], lengths[:kept], txids[:kept]
+    if not kept:
+        return Decoded(None, 0, from_txid)
+    stops = starts + _HEADER + lengths
+    headers = _gather(arr, starts, _HEADER).view(_HEADER_DTYPE).ravel()
+    # One CRC32C per frame over its length field and payload, as codec checks it.
+    crc = _crc
+    crcs = np.array([crc(chunk[a:b]) for a, b in zip((starts + 8).tolist(), stops.tolist())])
+    if (crcs != headers["crc"]).any():
+        return None
+    kinds = arr[starts + _HEADER]
+    control = np.isin(kinds, _CONTROL_KINDS)
+    try:
+        for i in np.flatnonzero(control).tolist():
+            codec.decode_control(chunk[int(starts[i]) + _HEADER : int(stops[i])])
+    except CorruptRecord:
+        return None
+    record_txids = txids[~control]
+    next_txid = int(record_txids[-1]) + 1 if len(record_txids) else from_txid
+    wanted = (kinds == _KIND_PUBLISH) & (txids >= from_txid)
+    if not wanted.any():
+        return Decoded(None, int(stops[-1]), next_txid)
+    batch = _publishes(chunk, arr, starts[wanted] + _HEADER, stops[wanted])
+    return None if batch is None else Decoded(batch, int(stops[-1]), next_txid)
+
+
+def _strings(arr: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> pa.Array | None:
+    """The UTF-8 strings at `starts` as an Arrow string array; None if one is not UTF-8."""
+    n = len(starts)
+    width = int(lengths[0])
+    if (lengths == width).all():
+        # Names repeat (a topic, an origin): all alike is one comparison, and one string.
+        rows = _gather(arr, starts, width)
+        if (rows == rows[0]).all():
+            try:
+                return pa.repeat(pa.scalar(rows[0].tobytes().decode(), pa.string()), n)
+            except UnicodeDecodeError:
+                return None
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    index = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
+    raw = pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(arr[index])]
+    )
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        return None
+
+
+def _publishes(
+    chunk: bytes, arr: npt.NDArray[np.uint8], payloads: Int64s, stops: Int64s
+) -> pa.RecordBatch | None:
+    n = len(payloads)
+    if ((stops - payloads) < _FIXED.size).any():
+        return None
+    fixed = _gather(arr, payloads, _FIXED.size).view(_FIXED_DTYPE).ravel()
+    lt, loi, log, lc = (fixed[name].astype(np.int64) for name in ("lt", "loi", "log", "lc"))
+    topic_at = payloads + _FIXED.size
+    origin_at = topic_at + lt
+    corr_at = origin_at + loi + log
+    data_at = corr_at + lc
+    if (data_at > stops).any():
+        return None
+    topics = _strings(arr, topic_at, lt)
+    origins = _strings(arr, origin_at, loi)
+    groups = _strings(arr, origin_at + loi, log)  # checked as codec checks it; not a column
+    if lc.any():
+        correlations = _strings(arr, corr_at, lc)
+        if correlations is not None:
+            correlations = pc.if_else(pa.array(lc > 0), correlations, _NULL_STRING)
+    else:
+        correlations = pa.nulls(n, pa.string())
+    if topics is None or origins is None or groups is None or correlations is None:
+        return None
+    data_offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(stops - data_at, out=data_offsets[1:])
+    data = b"".join([chunk[a:b] for a, b in zip(data_at.tolist(), stops.tolist())])
+    publishers = pa.array(np.ascontiguousarray(fixed["pub"])).cast(pa.string())
+    seqs = pa.array(fixed["seq"].astype(np.int64))
+    columns = [
+        topics,
+        pc.binary_join_element_wise(publishers, seqs.cast(pa.string()), "", "|"),
+        pa.array(fixed["txid"].astype(np.int64)),
+        pa.array(fixed["ts"].astype(np.int64)).cast(TIMESTAMP),
+        pa.Array.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(data_offsets), pa.py_buffer(data)]
+        ),
+        publishers,
+        seqs,
+        origins,
+        pa.array(fixed["otx"].astype(np.int64)),
+        correlations,
+        pa.repeat("publish", n).cast(pa.string()),
+    ]
+    columns += [pa.nulls(n, ARROW_SCHEMA.field(i).type) for i in range(len(columns), 19)]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

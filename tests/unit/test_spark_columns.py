@@ -1,0 +1,124 @@
+"""The Spark journal read's columnar decode agrees with the journal's own reader and codec, and
+hands every chunk it does not decode plainly back to them (issue 10). No Spark needed."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyarrow", reason="the Spark source needs pip install 'amps[spark]'")
+
+import pyarrow as pa
+
+from amps.errors import CorruptRecord
+from amps.log import codec
+from amps.log.bookmarks import Bookmark
+from amps.log.journal import Journal
+from amps.log.records import QueueAction, QueueRecord, TransferRecord
+from amps.spark import columns, journal_read
+from amps.spark.options import ReadOptions
+
+T0 = 1_800_000_000_000_000
+
+
+def _journal(directory: Path, bodies: list[bytes], seed: int = 7) -> None:
+    """Publishes of several topics, publishers and origins (some with correlation ids), queue
+    and transfer records between them, and a commit (marker) every few records."""
+    rng = random.Random(seed)
+
+    async def write() -> None:
+        journal = Journal.open(directory)
+        for i, body in enumerate(bodies):
+            origin = rng.choice([None, "peer-b", "p\u00e9er-c"])
+            journal.append_publish(
+                topic=rng.choice(["orders", "trades", "\u00e9v\u00e9nements"]), data=body,
+                publisher_id=rng.choice([3, 2**64 - 5]), seq=i + 1, timestamp_us=T0 + i,
+                correlation_id=rng.choice(["", f"corr-{i}"]), origin_instance=origin,
+                origin_group="" if origin is None else "grp",
+                origin_txid=0 if origin is None else 100 + i,
+            )  # fmt: skip
+            if i % 7 == 3:
+                journal.append(QueueRecord(0, T0 + i, "jobs", QueueAction.ACK, txids=(i,)))
+            if i % 11 == 5:
+                journal.append(TransferRecord(0, T0 + i, "jobs", Bookmark(3, 1), "a", "b"))
+            if i % 5 == 4:
+                await journal.commit()
+        await journal.commit()
+        await journal.close()
+
+    asyncio.run(write())
+
+
+def _both(directory: Path, options: ReadOptions) -> tuple[pa.Table, pa.Table]:
+    """The rows of every piece: columnar (`read`) and through the journal's reader."""
+    pieces = journal_read.plan(str(directory), options)
+    new = [b for p in pieces for b in journal_read.read(p, options)]
+    old = [b for p in pieces for b in journal_read.read_records(p, options, p.first_txid)]
+    schema = new[0].schema if new else old[0].schema
+    return pa.Table.from_batches(new, schema), pa.Table.from_batches(old, schema)
+
+
+def test_columns_agree_with_the_journals_reader(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    bodies = [rng.randbytes(rng.randrange(0, 600)).replace(b"\x7e\x1a", b"..") for _ in range(700)]
+    _journal(tmp_path / "j", bodies)
+    hundredth = _both(tmp_path / "j", ReadOptions())[1].column("bookmark")[100].as_py()
+    for options in (
+        ReadOptions(),
+        ReadOptions(topic="orders"),
+        ReadOptions(topic="^(trades|\u00e9v.*)$"),
+        ReadOptions(start=hundredth, records_per_partition=97),  # pieces start mid-segment
+    ):
+        new, old = _both(tmp_path / "j", options)
+        assert new.num_rows > 0
+        assert new.equals(old), options
+
+
+def test_the_magic_inside_a_body_and_damage_go_to_the_journals_reader(tmp_path: Path) -> None:
+    magic = codec._MAGIC_BYTES
+    bodies = [b"x" * 40 for _ in range(50)]
+    bodies[20] = b"before " + magic + b"\x00\x00\x00\x00\xff\x00\x00\x00 after"
+    _journal(tmp_path / "j", bodies)
+    segment = next((tmp_path / "j").glob("*.journal"))
+    raw = segment.read_bytes()
+    assert columns.decode(raw[raw.index(magic) :], 1, 10**9) is None  # a chain it does not trust
+    new, old = _both(tmp_path / "j", ReadOptions())
+    assert new.equals(old)
+    assert new.num_rows == 50
+    assert new.column("data").to_pylist() == bodies
+
+    at = raw.index(b"x" * 40, len(raw) // 2)  # a body in the second half: damage it
+    segment.write_bytes(raw[:at] + b"y" + raw[at + 1 :])
+    piece = journal_read.plan(str(tmp_path / "j"), ReadOptions())[0]
+    with pytest.raises(CorruptRecord) as new_error:
+        list(journal_read.read(piece, ReadOptions()))
+    with pytest.raises(CorruptRecord) as old_error:
+        list(journal_read.read_records(piece, ReadOptions(), piece.first_txid))
+    assert new_error.value.offset == old_error.value.offset
+    assert new_error.value.segment == old_error.value.segment
+
+
+def test_an_incomplete_last_frame_and_a_range_are_not_consumed() -> None:
+    frames = [
+        codec.encode_publish(t, T0 + t, "t", b"body-%d" % t, 9, t, "a", "g", t, "", 0)
+        for t in range(1, 6)
+    ]
+    chunk = b"".join(frames)
+    whole = columns.decode(chunk + frames[0][:20], 1, 10)
+    assert whole is not None
+    assert whole.consumed == len(chunk)
+    assert whole.next_txid == 6
+    assert whole.batch is not None
+    assert whole.batch.column("txid").to_pylist() == [1, 2, 3, 4, 5]
+    middle = columns.decode(chunk, 2, 3)
+    assert middle is not None
+    assert middle.next_txid == 4
+    assert middle.consumed == len(frames[0]) + len(frames[1]) + len(frames[2])
+    assert middle.batch is not None
+    assert middle.batch.column("data").to_pylist() == [
+        b"body-2",
+        b"body-3",
+    ]
