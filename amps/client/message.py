@@ -34,6 +34,8 @@ class Message:
         "delivery_count",
         "is_queue",
         "lease_deadline_us",
+        "origin_instance",
+        "origin_txid",
         "sub_id",
         "timestamp_us",
         "topic",
@@ -53,6 +55,8 @@ class Message:
         lease_deadline_us: int = 0,
         delivery_count: int = 0,
         is_queue: bool = False,
+        origin_instance: str = "",
+        origin_txid: int = 0,
     ) -> None:
         self._client = client
         self.topic = topic
@@ -64,6 +68,10 @@ class Message:
         self.lease_deadline_us = lease_deadline_us
         self.delivery_count = delivery_count
         self.is_queue = is_queue
+        # Replays of a subscription with the `origin` option: where the message was first
+        # published, and its txid there ("" and 0 otherwise).
+        self.origin_instance = origin_instance
+        self.origin_txid = origin_txid
         self.acked = False
 
     def json(self) -> Any:
@@ -126,8 +134,10 @@ class Subscription:
         # Tasks waiting in get() or the iterator for the next delivery.
         self._waiters: list[asyncio.Future[bool]] = []
         self._completed = asyncio.Event()
-        # From the `completed` ack: the instance's txid the replay went through (0 before).
+        # From the `completed` ack: the instance's txid the replay went through (0 before), and
+        # with the `origin` option each origin's txid of the last publish it read.
         self.replayed_txid = 0
+        self.origins: dict[str, int] = {}
         self._error: AmpsError | None = None
         self._ended = False
         self._previous: Message | None = None
@@ -257,9 +267,10 @@ class Subscription:
         if self._waiters:
             self._wake()
 
-    def mark_completed(self, replayed_txid: int = 0) -> None:
+    def mark_completed(self, replayed_txid: int = 0, origins: dict[str, int] | None = None) -> None:
         """The instance sent the `completed` ack (with the txid its replay went through)."""
         self.replayed_txid = replayed_txid
+        self.origins = origins or {}
         self._completed.set()
 
     def discard_buffered(self) -> int:

@@ -93,7 +93,7 @@ class SubscriptionRegistry:
         if ack.ack_type == "completed":
             sub = self._subs.get(ack.sub_id)
             if sub is not None:
-                sub.mark_completed(ack.seq)
+                sub.mark_completed(ack.seq, {o.instance: o.txid for o in ack.origins})
             return True
         sub_id = self._resubscribing.pop(ack.cmd_id, None)
         if sub_id is None:
@@ -173,6 +173,8 @@ class SubscriptionRegistry:
             lease_deadline_us = item.lease_deadline_us = delivery.lease_deadline_us
             item.delivery_count = delivery.delivery_count
             item.is_queue = delivery.queue or lease_deadline_us > 0
+            item.origin_txid = origin_txid = delivery.origin_txid
+            item.origin_instance = delivery.origin_instance if origin_txid else ""
             item.acked = False
             batch.append(item)
         if batch:
@@ -195,6 +197,8 @@ class SubscriptionRegistry:
             lease_deadline_us=lease_deadline_us,
             delivery_count=delivery.delivery_count,
             is_queue=delivery.queue or lease_deadline_us > 0,
+            origin_instance=delivery.origin_instance,
+            origin_txid=delivery.origin_txid,
         )
 
     def start_query(self, query_id: str) -> None:

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["RawPublish", "RawReader"]
 
-# (txid, timestamp_us, publisher_id, seq, expiration_s, topic, correlation_id, data)
-RawPublish = tuple[int, int, int, int, int, bytes, bytes, bytes]
+# (txid, timestamp_us, publisher_id, seq, expiration_s, topic, correlation_id, data,
+#  origin_instance, origin_txid)
+RawPublish = tuple[int, int, int, int, int, bytes, bytes, bytes, bytes, int]
 
 # The frame header followed by the fixed part of a publish payload, unpacked in one call. The
 # publish layout is codec's (a unit test checks that raw reads agree with Journal.read).
@@ -125,12 +126,12 @@ def _scan(buf: bytes, from_txid: int, last_txid: int, out: list[RawPublish]) -> 
     while seen < last_txid and end - offset >= _HEADER_SIZE:
         if end - offset >= head_size:
             # Every kind starts with kind and txid; the other fields mean something for publishes.
-            magic, crc, length, kind, txid, ts, pub, seq, _, exp, lt, loi, log, lc = unpack_head(
+            magic, crc, length, kind, txid, ts, pub, seq, otx, exp, lt, loi, log, lc = unpack_head(
                 buf, offset
             )
         else:  # only a short record (or an incomplete frame) fits here
             magic, crc, length = codec.HEADER.unpack_from(buf, offset)
-            kind = txid = -1
+            kind = txid = otx = loi = -1
         if magic != _MAGIC or length == 0 or length > _MAX_PAYLOAD:
             codec.frame_length(buf, offset, end)  # raises with the precise reason
         start = offset + _HEADER_SIZE
@@ -153,7 +154,10 @@ def _scan(buf: bytes, from_txid: int, last_txid: int, out: list[RawPublish]) -> 
             offset = stop
             seen = txid
             if txid >= from_txid:
-                append((txid, ts, pub, seq, exp, buf[a:b], buf[d:e] if lc else b"", data))
+                origin = buf[b : b + loi]
+                append(
+                    (txid, ts, pub, seq, exp, buf[a:b], buf[d:e] if lc else b"", data, origin, otx)
+                )
             continue
         if crc_of(buf[offset + 8 : stop]) != crc:
             raise CorruptRecord("frame checksum mismatch", offset=offset)

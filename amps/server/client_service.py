@@ -232,10 +232,18 @@ class ClientService(client_pb2_grpc.AmpsServicer):
             after = _after_txid(options)
             if after is not None:
                 start_txid = max(start_txid, after + 1)
+        only_origin = _only_origin(options)
+        if (POSITIONS_ONLY in options or only_origin) and start_txid is None:
+            raise errors.InvalidOptions(
+                "subscribe options positions_only and only_origin replay: give a bookmark"
+            )
         if sub_id in session.subscriptions:
             self.instance.remove_subscription(session.subscriptions[sub_id])
         subscription = Subscription(session, sub_id, matcher, compiled)
         subscription.live = start_txid is None
+        subscription.positions_only = POSITIONS_ONLY in options
+        subscription.only_origin = only_origin
+        subscription.origin = ORIGIN in options or subscription.positions_only or bool(only_origin)
         session.subscriptions[sub_id] = subscription
         self.instance.subscriptions.add(subscription)
         session.send(success_ack(cmd_id=command.cmd_id, ack_type="processed", sub_id=sub_id))
@@ -362,6 +370,22 @@ async def _heartbeat(session: Session, interval_s: float) -> None:
 
 
 AFTER_TXID = "after_txid="
+# Replayed deliveries carry origin_instance/origin_txid, the completed ack each origin's
+# position; positions_only: a replay that delivers nothing, then ends (docs/guide/spark.md).
+ORIGIN = "origin"
+POSITIONS_ONLY = "positions_only"
+ONLY_ORIGIN = "only_origin="
+
+
+def _only_origin(options: list[str]) -> bytes | None:
+    """The `only_origin=NAME` subscribe option: a replay of that origin instance's publishes."""
+    for option in options:
+        if option.startswith(ONLY_ORIGIN):
+            name = option[len(ONLY_ORIGIN) :]
+            if not name:
+                raise errors.InvalidOptions("subscribe option only_origin=NAME: no name given")
+            return name.encode()
+    return None
 
 
 def _after_txid(options: list[str]) -> int | None:

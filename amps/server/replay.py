@@ -18,6 +18,7 @@ from amps.log.raw import RawReader
 from amps.server.convert import failure_ack, success_ack
 from amps.server.outbox import MAX_FRAME_MESSAGES
 from amps.server.wire import DeliveryEncoder
+from amps.v1 import client_pb2 as pb
 
 if TYPE_CHECKING:
     from amps.server.instance import Instance
@@ -74,6 +75,11 @@ async def _replay(
     position = start_txid
     sub_ids = (subscription.sub_id,)
     flt = subscription.filter
+    # The `origin` option: each origin's last publish read, for the completed ack (and with
+    # `positions_only` nothing is delivered: a probe of where every origin stands).
+    origins: dict[bytes, int] | None = {} if subscription.origin else None
+    quiet = subscription.positions_only
+    only = subscription.only_origin
     # Topic (as stored) -> its encoder, or None when the subscription's topic does not match.
     encoders: dict[bytes, DeliveryEncoder | None] = {}
     unknown = DeliveryEncoder(b"", ())  # a sentinel: "topic not seen yet"
@@ -84,9 +90,20 @@ async def _replay(
             # No await between the check and the switch: the next live record is > limit.
             subscription.live = True
             # seq: the txid the replay went through; every later record is delivered live.
-            session.send(
-                success_ack(cmd_id="", ack_type="completed", sub_id=subscription.sub_id, seq=limit)
+            positions = (
+                [pb.ReplayOrigin(instance=o.decode(), txid=t) for o, t in sorted(origins.items())]
+                if origins is not None
+                else None
             )
+            session.send(
+                success_ack(
+                    cmd_id="", ack_type="completed", sub_id=subscription.sub_id, seq=limit,
+                    origins=positions,
+                )
+            )  # fmt: skip
+            if quiet:
+                subscription.cancel_replay = None  # this task is ending already
+                instance.remove_subscription(subscription)
             return
         try:
             publishes, reached = reader.read(position, limit, batch_records)
@@ -107,7 +124,11 @@ async def _replay(
             batch_records = max(1, min(READ_BATCH_RECORDS, READ_BATCH_BYTES // average))
         parts: list[bytes] = []
         count = size = delivered = 0
-        for txid, ts, pub, seq, expiration_s, topic, correlation_id, data in publishes:
+        for txid, ts, pub, seq, expiration_s, topic, correlation_id, data, origin, otx in publishes:
+            if origins is not None:
+                origins[origin] = otx
+                if quiet or (only is not None and origin != only):
+                    continue
             encoder = encoders.get(topic, unknown)
             if encoder is unknown:
                 matches = subscription.topic.matches(topic.decode())
@@ -121,7 +142,12 @@ async def _replay(
                 )  # fmt: skip
                 if not flt.matches(expr_message(record)):
                     continue
-            size += encoder.encode_into(parts, data, pub, seq, txid, ts, correlation_id)
+            if origins is None:
+                size += encoder.encode_into(parts, data, pub, seq, txid, ts, correlation_id)
+            else:
+                size += encoder.encode_into(
+                    parts, data, pub, seq, txid, ts, correlation_id, origin, otx
+                )
             count += 1
             if count >= CHUNK_MESSAGES or size >= CHUNK_BYTES:
                 session.send_chunk(b"".join(parts), count)

@@ -42,6 +42,8 @@ _COUNT = b"\x40"
 _QUEUE_TRUE = b"\x48\x01"
 _CORRELATION = b"\x52"
 _QUERY_ID = b"\x5a"
+_ORIGIN_INSTANCE = b"\x62"
+_ORIGIN_TXID = b"\x68"
 
 
 def _table(prefix: bytes, high_bit: int) -> list[bytes]:
@@ -133,6 +135,8 @@ def delivery_body(
     queue: bool = False,
     correlation_id: str = "",
     query_id: str = "",
+    origin_instance: str = "",
+    origin_txid: int = 0,
 ) -> bytes:
     """The encoding of a Delivery (every field; the general, slower form)."""
     return b"".join(
@@ -148,6 +152,8 @@ def delivery_body(
             _QUEUE_TRUE if queue else b"",
             string_field(_CORRELATION, correlation_id.encode()),
             string_field(_QUERY_ID, query_id.encode()),
+            string_field(_ORIGIN_INSTANCE, origin_instance.encode()),
+            _ORIGIN_TXID + varint(origin_txid) if origin_txid else b"",
         )
     )
 
@@ -194,11 +200,12 @@ class DeliveryEncoder:
 
     def encode_into(
         self, parts: list[bytes], data: bytes, publisher_id: int, seq: int, txid: int,
-        timestamp_us: int, correlation_id: bytes,
+        timestamp_us: int, correlation_id: bytes, origin: bytes = b"", origin_txid: int = 0,
     ) -> int:  # fmt: skip
         """Append the pieces of one frame entry to `parts`; returns the entry's size in bytes.
 
         Joining the pieces of many entries at once (replay) copies each message's data once.
+        `origin` and `origin_txid` (fields 12 and 13) are written for subscriptions that ask.
         """
         prefix = self._publishers.get(publisher_id)
         if prefix is None:
@@ -235,6 +242,14 @@ class DeliveryEncoder:
             corr_size = varint(len(correlation_id))
             tail += (_CORRELATION, corr_size, correlation_id)
             size += 1 + len(corr_size) + len(correlation_id)
+        if origin:
+            origin_size = varint(len(origin))
+            tail += (_ORIGIN_INSTANCE, origin_size, origin)
+            size += 1 + len(origin_size) + len(origin)
+        if origin_txid:
+            origin_value = varint(origin_txid)
+            tail += (_ORIGIN_TXID, origin_value)
+            size += 1 + len(origin_value)
         message_header = _DELIVERY + (_SMALL[size] if size < 16384 else varint(size))
         size += len(message_header)
         entry_header = _FRAME_MESSAGE + (_SMALL[size] if size < 16384 else varint(size))

@@ -410,6 +410,7 @@ class Ack(_message.Message):
     MATCHES_FIELD_NUMBER: _builtins.int
     RECORDS_RETURNED_FIELD_NUMBER: _builtins.int
     ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ORIGINS_FIELD_NUMBER: _builtins.int
     cmd_id: _builtins.str
     ack_type: _builtins.str
     """received, processed, persisted, completed, stats."""
@@ -433,6 +434,12 @@ class Ack(_message.Message):
     records_returned: _builtins.int
     error_code: _builtins.str
     """Stable error code of the AmpsError class (failure acks)."""
+    @_builtins.property
+    def origins(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplayOrigin]:
+        """Completed acks of a subscription with the `origin` option: for each origin instance, the
+        origin txid of the last of its publishes the replay went through (whatever their topic).
+        """
+
     def __init__(
         self,
         *,
@@ -451,14 +458,39 @@ class Ack(_message.Message):
         matches: _builtins.int = ...,
         records_returned: _builtins.int = ...,
         error_code: _builtins.str = ...,
+        origins: _abc.Iterable[Global___ReplayOrigin] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_type", b"ack_type", "bookmark", b"bookmark", "client_name", b"client_name", "cmd_id", b"cmd_id", "error_code", b"error_code", "matches", b"matches", "options", b"options", "query_id", b"query_id", "reason", b"reason", "records_deleted", b"records_deleted", "records_returned", b"records_returned", "seq", b"seq", "status", b"status", "sub_id", b"sub_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_type", b"ack_type", "bookmark", b"bookmark", "client_name", b"client_name", "cmd_id", b"cmd_id", "error_code", b"error_code", "matches", b"matches", "options", b"options", "origins", b"origins", "query_id", b"query_id", "reason", b"reason", "records_deleted", b"records_deleted", "records_returned", b"records_returned", "seq", b"seq", "status", b"status", "sub_id", b"sub_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Ack: _TypeAlias = Ack  # noqa: Y015
+
+@_typing.final
+class ReplayOrigin(_message.Message):
+    """Where a replay stands in the records of one origin instance (replicated records keep theirs)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    TXID_FIELD_NUMBER: _builtins.int
+    instance: _builtins.str
+    txid: _builtins.int
+    def __init__(
+        self,
+        *,
+        instance: _builtins.str = ...,
+        txid: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "txid", b"txid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplayOrigin: _TypeAlias = ReplayOrigin  # noqa: Y015
 
 @_typing.final
 class Delivery(_message.Message):
@@ -475,6 +507,8 @@ class Delivery(_message.Message):
     QUEUE_FIELD_NUMBER: _builtins.int
     CORRELATION_ID_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
+    ORIGIN_INSTANCE_FIELD_NUMBER: _builtins.int
+    ORIGIN_TXID_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     data: _builtins.bytes
     bookmark: _builtins.str
@@ -492,6 +526,11 @@ class Delivery(_message.Message):
     correlation_id: _builtins.str
     query_id: _builtins.str
     """Set on `sow` results: the query id they answer."""
+    origin_instance: _builtins.str
+    """Replayed deliveries of a subscription with the `origin` option: the instance the message
+    was first published to, and its txid there (the same on every instance of a cluster).
+    """
+    origin_txid: _builtins.int
     @_builtins.property
     def sub_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Subscription ids this message matches (AMPS `sids`)."""
@@ -510,10 +549,12 @@ class Delivery(_message.Message):
         queue: _builtins.bool = ...,
         correlation_id: _builtins.str = ...,
         query_id: _builtins.str = ...,
+        origin_instance: _builtins.str = ...,
+        origin_txid: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookmark", b"bookmark", "correlation_id", b"correlation_id", "data", b"data", "delivery_count", b"delivery_count", "lease_deadline_us", b"lease_deadline_us", "query_id", b"query_id", "queue", b"queue", "sub_ids", b"sub_ids", "timestamp_us", b"timestamp_us", "topic", b"topic", "txid", b"txid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookmark", b"bookmark", "correlation_id", b"correlation_id", "data", b"data", "delivery_count", b"delivery_count", "lease_deadline_us", b"lease_deadline_us", "origin_instance", b"origin_instance", "origin_txid", b"origin_txid", "query_id", b"query_id", "queue", b"queue", "sub_ids", b"sub_ids", "timestamp_us", b"timestamp_us", "topic", b"topic", "txid", b"txid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

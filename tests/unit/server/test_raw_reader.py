@@ -21,7 +21,7 @@ def _expected(journal: Journal, from_txid: int, upper: int, limit: int) -> list[
     publishes = [r for r in records if isinstance(r, PublishRecord)]
     return [
         (r.txid, r.timestamp_us, r.publisher_id, r.seq, r.expiration_s, r.topic.encode(),
-         r.correlation_id.encode(), r.data)
+         r.correlation_id.encode(), r.data, r.origin_instance.encode(), r.origin_txid)
         for r in publishes
     ]  # fmt: skip
 

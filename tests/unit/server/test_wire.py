@@ -29,6 +29,8 @@ DELIVERIES = st.fixed_dictionaries(
         "queue": st.booleans(),
         "correlation_id": TEXT,
         "query_id": TEXT,
+        "origin_instance": TEXT,
+        "origin_txid": U64 | EDGES,
     }
 )
 
@@ -102,6 +104,37 @@ def test_delivery_encoder_matches_protobuf(
         shared = wire.encoder_for(topic, sub_ids)
         again = shared.encode(data, publisher_id, seq, txid, timestamp_us, correlation_id.encode())
         assert again == entry
+
+
+@given(
+    topic=TEXT,
+    data=st.binary(max_size=2_000),
+    publisher_id=U64,
+    seq=U64,
+    txid=U64 | EDGES,
+    correlation_id=TEXT,
+    origin=TEXT,
+    origin_txid=U64 | EDGES,
+)
+def test_replayed_deliveries_with_their_origin_match_protobuf(
+    topic: str, data: bytes, publisher_id: int, seq: int, txid: int, correlation_id: str,
+    origin: str, origin_txid: int,
+) -> None:  # fmt: skip
+    """The `origin` subscribe option: fields 12 and 13 after the others (docs/guide/spark.md)."""
+    parts: list[bytes] = []
+    size = wire.DeliveryEncoder(topic.encode(), ("s",)).encode_into(
+        parts, data, publisher_id, seq, txid, 1 << 50, correlation_id.encode(), origin.encode(),
+        origin_txid,
+    )  # fmt: skip
+    expected = pb.ServerMessage(
+        delivery=pb.Delivery(
+            topic=topic, data=data, bookmark=f"{publisher_id}|{seq}|", sub_ids=["s"], txid=txid,
+            timestamp_us=1 << 50, correlation_id=correlation_id, origin_instance=origin,
+            origin_txid=origin_txid,
+        )
+    )  # fmt: skip
+    assert b"".join(parts) == _entry_of(expected)
+    assert size == len(_entry_of(expected))
 
 
 @given(
