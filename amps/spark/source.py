@@ -1,8 +1,9 @@
 """The `amps` data source for PySpark's Python Data Source API (Spark >= 4.0).
 
 `spark.read.format("amps").load(path)` reads a journal directory; with `.option("server", ...)`
-it replays a running instance; `spark.readStream` follows instances live, its offsets being
-txids per server; `df.write` / `df.writeStream` publish exactly once (amps.spark.sink).
+it replays a running instance or cluster; `spark.readStream` follows it live, its offsets being
+positions per origin instance; `df.write` / `df.writeStream` publish exactly once
+(amps.spark.sink).
 The classes here are thin: planning and reading live in journal_read, server_read and sink.
 """
 
@@ -107,34 +108,41 @@ def _read(partition: InputPartition, options: ReadOptions) -> Iterator[pa.Record
 
 
 class _StreamReader(DataSourceStreamReader):
-    """Offsets: {server: txid read through}; a batch replays each server's (start, end]."""
+    """Offsets: per origin instance, the origin txid read through (server_read.Positions), so
+    a query resumes on any instance of the cluster; a batch reads each origin's range."""
 
     def __init__(self, found: tuple[str, ...], options: ReadOptions) -> None:
         self.servers = found
         self.options = options
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         start = self.options.start.strip() or "now"
         if start in ("0", "epoch"):
-            return dict.fromkeys(self.servers, 0)
+            return server_read.Positions().offset()
         if start in ("now", "0|1|"):
-            return {s: server_read.replay_end(s, self.options.topic) for s in self.servers}
+            return server_read.probe(
+                self.servers, self.options.topic, server_read.Positions()
+            ).offset()
         raise InvalidOptions(f"option from={start!r}: a stream starts at 0 (epoch) or now")
 
-    def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
-        return {s: server_read.replay_end(s, self.options.topic) for s in self.servers}
+    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
+        since = server_read.Positions.from_offset(start)
+        return server_read.probe(self.servers, self.options.topic, since).offset()
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return [
-            InputPartition(server_read.ServerPiece(s, start.get(s, 0), end[s], "0"))
-            for s in self.servers
-            if end[s] > start.get(s, 0)
+            InputPartition(piece)
+            for piece in server_read.pieces(
+                self.servers,
+                server_read.Positions.from_offset(start),
+                server_read.Positions.from_offset(end),
+            )
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self.options)
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the positions live in Spark's checkpoint."""
 
 
