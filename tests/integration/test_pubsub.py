@@ -182,3 +182,34 @@ async def test_after_txid_starts_a_replay_at_a_log_position(instance: InstancePr
         assert [m.txid for m in await take(rest, 10)] == [m.txid for m in everything[10:]]
         with pytest.raises(errors.InvalidOptions, match="after_txid=N"):
             await client.subscribe("positions", bookmark="0", options="after_txid=x")
+
+
+async def test_origin_options_name_each_origins_position(instance: InstanceProcess) -> None:
+    """`origin`: replayed deliveries carry their origin and origin txid, the completed ack each
+    origin's position; `positions_only` delivers nothing; `only_origin=NAME` keeps that origin's
+    publishes (what the Spark source reads a cluster by, issue 10, R3)."""
+    async with Client("origins") as client:
+        await client.connect(instance.address)
+        for i in range(5):
+            await client.publish("origins", b'{"i":%d}' % i)
+        await client.flush(10)
+        sub = await client.subscribe("origins", bookmark="0", options="origin")
+        replayed = await take(sub, 5)
+        await sub.wait_completed(10)
+        assert {m.origin_instance for m in replayed} == {"amps-test"}
+        assert [m.origin_txid for m in replayed] == [m.txid for m in replayed]  # its own log
+        assert sub.origins["amps-test"] >= replayed[-1].origin_txid
+        plain = await client.subscribe("origins", bookmark="0")
+        assert {(m.origin_instance, m.origin_txid) for m in await take(plain, 5)} == {("", 0)}
+
+        probe = await client.subscribe("origins", bookmark="0", options="positions_only")
+        await probe.wait_completed(10)
+        assert probe.origins == sub.origins
+        assert await probe.get(0) is None
+        other = await client.subscribe("origins", bookmark="0", options="only_origin=elsewhere")
+        await other.wait_completed(10)
+        assert await other.get(0) is None
+        mine = await client.subscribe("origins", bookmark="0", options="only_origin=amps-test")
+        assert [m.txid for m in await take(mine, 5)] == [m.txid for m in replayed]
+        with pytest.raises(errors.InvalidOptions, match="bookmark"):
+            await client.subscribe("origins", options="positions_only")
