@@ -111,7 +111,9 @@ def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
     headers = _gather(arr, starts, _HEADER).view(_HEADER_DTYPE).ravel()
     # One CRC32C per frame over its length field and payload, as codec checks it.
     crc = _crc
-    crcs = np.array([crc(chunk[a:b]) for a, b in zip((starts + 8).tolist(), stops.tolist())])
+    crcs = np.array(
+        [crc(chunk[a:b]) for a, b in zip((starts + 8).tolist(), stops.tolist(), strict=True)]
+    )
     if (crcs != headers["crc"]).any():
         return None
     kinds = arr[starts + _HEADER]
@@ -182,7 +184,7 @@ def _publishes(
         return None
     data_offsets = np.zeros(n + 1, np.int32)
     np.cumsum(stops - data_at, out=data_offsets[1:])
-    data = b"".join([chunk[a:b] for a, b in zip(data_at.tolist(), stops.tolist())])
+    data = b"".join([chunk[a:b] for a, b in zip(data_at.tolist(), stops.tolist(), strict=True)])
     publishers = pa.array(np.ascontiguousarray(fixed["pub"])).cast(pa.string())
     seqs = pa.array(fixed["seq"].astype(np.int64))
     columns = [
