@@ -75,7 +75,7 @@ async def _replay(
     position = start_txid
     sub_ids = (subscription.sub_id,)
     flt = subscription.filter
-    # The `origin` option: each origin's last publish read, for the completed ack (and with
+    # The `origin` option: each origin's last publish of the topic, for the completed ack (with
     # `positions_only` nothing is delivered: a probe of where every origin stands).
     origins: dict[bytes, int] | None = {} if subscription.origin else None
     quiet = subscription.positions_only
@@ -125,16 +125,16 @@ async def _replay(
         parts: list[bytes] = []
         count = size = delivered = 0
         for txid, ts, pub, seq, expiration_s, topic, correlation_id, data, origin, otx in publishes:
-            if origins is not None:
-                origins[origin] = otx
-                if quiet or (only is not None and origin != only):
-                    continue
             encoder = encoders.get(topic, unknown)
             if encoder is unknown:
                 matches = subscription.topic.matches(topic.decode())
                 encoder = encoders[topic] = DeliveryEncoder(topic, sub_ids) if matches else None
             if encoder is None:
                 continue
+            if origins is not None:
+                origins[origin] = otx  # the position among this topic's publishes
+                if quiet or (only is not None and origin != only):
+                    continue
             if flt is not None:
                 record = codec.new_publish(
                     txid, ts, topic.decode(), data, pub, seq, "", "", 0, correlation_id.decode(),

@@ -202,5 +202,7 @@ def _publishes(
         correlations,
         pa.repeat("publish", n).cast(pa.string()),
     ]
-    columns += [pa.nulls(n, ARROW_SCHEMA.field(i).type) for i in range(len(columns), 19)]
+    columns += [
+        pa.nulls(n, ARROW_SCHEMA.field(i).type) for i in range(len(columns), len(ARROW_SCHEMA))
+    ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

@@ -54,26 +54,37 @@ def queue_report(spark: SparkSession, journal: str) -> tuple[list[QueueHealth], 
         F.col("txid").alias("message_txid"), F.col("timestamp").alias("published_at"),
         "bookmark", "topic",
     )  # fmt: skip
-    zipped = records.where(F.col("kind") == "queue").select(
+    queue_records = records.where(F.col("kind") == "queue")
+    zipped = queue_records.select(
         "queue", "action", "reason", F.col("timestamp").alias("removed_at"), "origin_instance",
         F.posexplode("txids").alias("pos", "message_txid"), "delivered", "deliveries",
     )  # fmt: skip
-    removals = (
-        zipped.select(
-            "queue",
-            "action",
-            "reason",
-            "removed_at",
-            "origin_instance",
-            "message_txid",
-            F.when(F.col("delivered").isNotNull(), F.col("delivered")[F.col("pos")]).alias(
-                "delivered_at"
-            ),
-            F.when(F.col("deliveries").isNotNull(), F.col("deliveries")[F.col("pos")]).alias(
-                "delivery_count"
-            ),
+    by_txid = zipped.select(
+        "queue",
+        "action",
+        "reason",
+        "removed_at",
+        "origin_instance",
+        "message_txid",
+        F.when(F.col("delivered").isNotNull(), F.col("delivered")[F.col("pos")]).alias(
+            "delivered_at"
+        ),
+        F.when(F.col("deliveries").isNotNull(), F.col("deliveries")[F.col("pos")]).alias(
+            "delivery_count"
+        ),
+    ).join(publishes, "message_txid", "left")
+    # A peer's removal, logged here with its origin, names its messages by bookmark (their
+    # txids are the peer's): matched to this log's publishes by bookmark.
+    by_bookmark = (
+        queue_records.where(F.col("txids").isNull() | (F.size("txids") == 0))
+        .select(
+            "queue", "action", "reason", F.col("timestamp").alias("removed_at"),
+            "origin_instance", F.explode("bookmarks").alias("bookmark"),
         )
-        .join(publishes, "message_txid", "left")
+        .join(publishes, "bookmark", "left")
+    )  # fmt: skip
+    removals = (
+        by_txid.unionByName(by_bookmark, allowMissingColumns=True)
         .withColumn(
             "latency_s",
             F.col("removed_at").cast("double") - F.col("published_at").cast("double"),

@@ -1,7 +1,8 @@
 """The rows of the `amps` Spark source: one schema, and log records or deliveries as Arrow batches.
 
 One row per record. A publish fills topic, bookmark, publisher, sequence and data; a queue
-record fills queue, action, reason and, per message, txids, delivered and deliveries; a
+record fills queue, action, reason and, per message, txids (or bookmarks: a peer's removal as
+this instance logged it), delivered and deliveries; a
 transfer fills queue, bookmark, from_instance and to_instance. Columns a kind does not use are
 null. `publisher` is text: publisher ids are unsigned 64-bit, past Spark's signed longs.
 """
@@ -43,6 +44,7 @@ ARROW_SCHEMA = pa.schema(
         ("deliveries", pa.list_(pa.int32())),
         ("from_instance", pa.string()),
         ("to_instance", pa.string()),
+        ("bookmarks", pa.list_(pa.string())),
     ]
 )
 
@@ -51,7 +53,7 @@ SCHEMA_DDL = (
     "publisher string, sequence long, origin_instance string, origin_txid long, "
     "correlation_id string, kind string, queue string, action string, reason string, "
     "txids array<long>, delivered array<timestamp>, deliveries array<int>, "
-    "from_instance string, to_instance string"
+    "from_instance string, to_instance string, bookmarks array<string>"
 )
 """The same schema as Spark DDL (what `DataSource.schema()` returns)."""
 
@@ -116,6 +118,7 @@ def _row(record: Record) -> dict[str, Any]:
             "reason": record.reason or None, "txids": list(record.txids),
             "delivered": list(record.delivered_us) if record.deliveries else None,
             "deliveries": list(record.deliveries) if record.deliveries else None,
+            "bookmarks": [b.format() for b in record.bookmarks] or None,
         }  # fmt: skip
     else:
         assert isinstance(record, TransferRecord)

@@ -437,7 +437,8 @@ class Ack(_message.Message):
     @_builtins.property
     def origins(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplayOrigin]:
         """Completed acks of a subscription with the `origin` option: for each origin instance, the
-        origin txid of the last of its publishes the replay went through (whatever their topic).
+        origin txid of the last of its publishes to the subscription's topic the replay went
+        through (whether or not its content filter let them through).
         """
 
     def __init__(

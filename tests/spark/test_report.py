@@ -56,9 +56,14 @@ async def _journal(directory: Path) -> None:
         _removal(i, QueueAction.ACK, _published(i) + 5 * S, _published(i) + 2 * S, 1 + (i >= 3))
         for i in range(6)
     ]
+    # The ack of 5 on instance `other`, as a peer's removal is logged here: by bookmark, with
+    # its origin, without txids or delivery facts (replication/link_core.py strips them).
     events.append(
-        _removal(5, QueueAction.ACK, _published(5) + 5 * S, _published(5) + 2 * S, 2, "", "other")
-    )
+        (_published(5) + 5 * S, QueueRecord(
+            0, _published(5) + 5 * S, "jobs", QueueAction.ACK,
+            bookmarks=(Bookmark(PUBLISHER, 6),), origin_instance="other", origin_group="g",
+        ))
+    )  # fmt: skip
     events.append(_removal(6, QueueAction.EXPIRED, _published(6) + 20 * S, 0, 0, "time_limit"))
     events.append(
         _removal(7, QueueAction.EXPIRED, _published(7) + 6 * S, _published(7) + 4 * S, 3,
@@ -98,8 +103,9 @@ def test_the_report_computes_the_known_figures(spark: SparkSession, tmp_path: Pa
     assert health.latency_s == {"p50": 5.0, "p90": 5.0, "p99": 5.0}
     assert health.waiting_s == {"p50": 2.0, "p90": 2.0, "p99": 2.0}
     assert health.processing_s == {"p50": 3.0, "p90": 3.0, "p99": 3.0}
-    assert health.deliveries == {0: 1, 1: 3, 2: 4, 3: 1}
-    assert health.redeliveries == 4 * 1 + 1 * 2
+    # The peer's removal of 5 carries no delivery facts: counted by this instance's records.
+    assert health.deliveries == {0: 1, 1: 3, 2: 3, 3: 1}
+    assert health.redeliveries == 3 * 1 + 1 * 2
     assert health.expired_by_reason == {"time_limit": 1, "max_deliveries": 1}
     assert health.oldest_unacknowledged == f"{PUBLISHER}|9|"
     assert health.oldest_unacknowledged_age_s == 30 - 8  # at the transfer, the last record
