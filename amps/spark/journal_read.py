@@ -30,6 +30,9 @@ from amps.spark.options import ReadOptions
 from amps.spark.rows import records_batch
 
 BATCH_RECORDS = 8192
+# A columnar read takes about BATCH_RECORDS records at a time, in at most this many bytes
+# (large records: fewer; one longer than this: the read doubles until it fits).
+MAX_READ_BYTES = 16 << 20
 OPEN_ATTEMPTS = 5
 OPEN_RETRY_S = 0.1
 
@@ -110,7 +113,7 @@ def read(piece: JournalPiece, options: ReadOptions) -> Iterator[pa.RecordBatch]:
         j = bisect_right(segment.index_txids, piece.first_txid) - 1
         offset = segment.index_offsets[j]
         average = segment.size_bytes // max(1, segment.record_count) + 1
-        size = max(MIN_READ_BYTES, BATCH_RECORDS * average)
+        size = max(MIN_READ_BYTES, min(BATCH_RECORDS * average, MAX_READ_BYTES))
         txid = piece.first_txid
         while txid <= piece.last_txid:
             chunk = pread(size, offset)
