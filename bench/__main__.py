@@ -27,6 +27,7 @@ MODULES: list[tuple[str, list[str], list[str], float]] = [
     ("bench_queues", ["--quick"], [], 2700.0),
     ("bench_backlog", ["--quick"], [], 900.0),
     ("bench_replication", ["--quick"], [], 1800.0),
+    ("bench_replicated_queues", ["--quick"], [], 1800.0),
     ("bench_tls", ["--quick"], [], 1800.0),
     ("bench_docker", [], ["--messages", "100000"], 1200.0),
     ("soak", ["--seconds", "60"], ["--seconds", "600"], 900.0),

@@ -360,6 +360,10 @@ class QueueEngine:
         slot = state.table.slot_of(txid)
         return None if slot < 0 or state.table.state[slot] == REMOVED else txid
 
+    def deferred_ack_count(self) -> int:
+        """How many acks wait for their message (DeferredAckExpiration)."""
+        return len(self._state.deferred)
+
     def is_deferred(self, bookmark: tuple[int, int]) -> bool:
         """True while an ack for this message waits for it (DeferredAckExpiration)."""
         return bookmark in self._state.deferred

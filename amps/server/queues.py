@@ -411,8 +411,9 @@ class QueueDriver:
         expire = ExpireReason.TIME_LIMIT
         if record.action == QueueAction.EXPIRE:
             expire = ExpireReason.FORCED_EXPIRE
-        if record.origin_instance not in ("", self.instance.name):
+        if record.bookmarks:  # a peer's, or an ack made here that waited for its message
             self.apply_peer_removal(record, now_ms, recovering=True)
+        if not record.txids:
             return
         actions: Sequence[ReplicaAction]
         if self.replica is not None:
@@ -525,7 +526,11 @@ class QueueDriver:
         statistics = self.instance.statistics
         delivered = statistics.delivered
         if self.replica is not None:
+            waiting = self.engine.deferred_ack_count()
             removed = self.run(self.replica.acked(event, now_ms), now_ms)
+            if self.engine.deferred_ack_count() > waiting:
+                assert isinstance(event, Acked)
+                self._log_deferred(event.bookmarks)
         else:
             removed = self.run(self.engine.handle(event, now_ms), now_ms)
         # The deliveries this ack made room for went out in its own step: no timer, no commit.
@@ -533,6 +538,27 @@ class QueueDriver:
         hops.deliveries_after_ack += statistics.delivered - delivered
         hops.queue_ack_step.add(perf_counter_ns() - started_ns)
         return removed
+
+    def _log_deferred(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """A client's ack of a replicated queue's message not here yet waits in the deferred
+        acks, which leave no removal record: it is logged by bookmark, so it replicates (the
+        message may be on its way to every instance) and survives a restart here."""
+        fresh = [p for p in pairs if self.engine.is_deferred(p) and p not in self._deferred_logged]
+        if not fresh:
+            return
+        self.instance.append_record(
+            QueueRecord(
+                txid=0,
+                timestamp_us=self.instance.wall_us(),
+                queue=self.name,
+                action=QueueAction.ACK,
+                bookmarks=tuple(LogBookmark(p, s) for p, s in fresh),
+            ),
+            soon=True,
+        )
+        txid = self.instance.journal.last_txid
+        for pair in fresh:
+            self._deferred_logged[pair] = txid
 
     def _check_published(self, pairs: list[tuple[int, int]]) -> None:
         """UnknownBookmark for the first bookmark never published to this instance."""

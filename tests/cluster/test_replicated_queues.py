@@ -16,11 +16,12 @@ import orjson
 import pytest
 
 from amps.client import Client
+from amps.log.bookmarks import publisher_id_for
 from amps.log.journal import Journal
 from amps.log.records import TransferRecord
 from tests.cluster.checker import Delivery, QueueCount, check_queue
 from tests.cluster.test_replication import publish
-from tests.harness.cluster import Cluster, cluster, full_mesh, wait_until
+from tests.harness.cluster import Cluster, cluster, cluster_configs, full_mesh, wait_until
 from tests.harness.instance import InstanceProcess
 from tests.harness.streams import more_within, take
 
@@ -264,3 +265,30 @@ async def test_only_the_owner_expires_and_the_dead_letter_is_written_once(
             letters = await take(replay, 10, 60)
             assert sorted(int(m.json()["n"]) for m in letters) == list(range(1, 11)), name
             assert await more_within(replay, 1.0) == [], name  # not once per instance
+
+
+async def test_an_ack_waiting_for_its_message_survives_a_restart(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """The deferred acks (DeferredAckExpiration): an ack made on b for a message b has not
+    received yet is written to b's log, so it still removes the message when it arrives after
+    b restarted, on b and on its owner a."""
+    pair = cluster(tmp_path, ["a", "b"])
+    clusters.append(pair)
+    configs = cluster_configs(
+        pair.names, full_mesh(pair.names), pair.replication_ports, dict.fromkeys("ab", queue_xml())
+    )
+    pair.instances["b"] = InstanceProcess(tmp_path / "b", configs["b"]).start()
+    async with Client("failed-over") as consumer:
+        await consumer.connect(pair["b"].address)
+        await consumer.sow_delete("work", bookmark=f"{publisher_id_for('pub-a')}|1|")
+    await asyncio.to_thread(pair["b"].restart)  # a clean stop: its recovery point is stored
+    pair.instances["a"] = InstanceProcess(tmp_path / "a", configs["a"]).start()
+    await publish(pair["a"], "pub-a", 2)
+
+    def only_the_second_left() -> bool:
+        on_b = queue_stats(pair["b"])
+        removed_on_b = int(on_b["acked_count"]) == 1  # type: ignore[call-overload]
+        return removed_on_b and int(on_b["queue_depth"]) == 1 and depth(pair["a"]) == 1  # type: ignore[call-overload]
+
+    await wait_until(only_the_second_left, 60)
