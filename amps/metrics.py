@@ -11,7 +11,7 @@ import bisect
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 if TYPE_CHECKING:
     # prometheus_client (and the http.server and email modules it imports) is loaded at the
@@ -43,12 +43,38 @@ class MetricSpec:
         return f"{self.name}_total" if self.kind == "counter" else self.name
 
 
+class OwnershipView(Protocol):
+    """Ownership counters of one replicated queue here (a `ReplicaStatistics` is one)."""
+
+    @property
+    def owned(self) -> int: ...
+    @property
+    def owned_elsewhere(self) -> int: ...
+    @property
+    def transferred_in(self) -> int: ...
+    @property
+    def transferred_out(self) -> int: ...
+    @property
+    def requests_sent(self) -> int: ...
+    @property
+    def requests_granted(self) -> int: ...
+    @property
+    def requests_unanswered(self) -> int: ...
+    @property
+    def proxied_claims(self) -> int: ...
+    @property
+    def proxied_transfer(self) -> bool: ...
+    @property
+    def latency_estimate_ms(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSnapshot:
-    """One queue at one scrape."""
+    """One queue at one scrape; `ownership` only for a replicated queue."""
 
     queue: str
     statistics: QueueStatistics
+    ownership: OwnershipView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,6 +476,105 @@ QUEUE_METRICS: tuple[tuple[MetricSpec, QueueReader], ...] = (
     ),
 )
 
+OwnershipReader = Callable[[OwnershipView], float]
+OWNERSHIP_METRICS: tuple[tuple[MetricSpec, OwnershipReader], ...] = (
+    (
+        MetricSpec(
+            "amps_queue_owned_messages",
+            "gauge",
+            "Messages this instance owns (replicated queues: only the owner delivers, R2)",
+            NODE_QUEUE,
+            "owned",
+        ),
+        lambda o: o.owned,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_owned_elsewhere_messages",
+            "gauge",
+            "Messages held here that another instance owns",
+            NODE_QUEUE,
+        ),
+        lambda o: o.owned_elsewhere,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_transferred_in_messages",
+            "counter",
+            "Messages whose ownership moved to this instance (grants and proxied claims)",
+            NODE_QUEUE,
+            "transferred_in",
+        ),
+        lambda o: o.transferred_in,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_transferred_out_messages",
+            "counter",
+            "Messages whose ownership moved away from this instance",
+            NODE_QUEUE,
+            "transferred_out",
+        ),
+        lambda o: o.transferred_out,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_transfer_requests_sent",
+            "counter",
+            "Transfer requests this instance sent to owners (R4)",
+            NODE_QUEUE,
+        ),
+        lambda o: o.requests_sent,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_transfer_requests_granted",
+            "counter",
+            "Transfer requests this instance granted, as owner or proxy (R5, R7)",
+            NODE_QUEUE,
+        ),
+        lambda o: o.requests_granted,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_transfer_requests_unanswered",
+            "counter",
+            "Requests this instance sent that no grant answered in time (a refusal is silence)",
+            NODE_QUEUE,
+        ),
+        lambda o: o.requests_unanswered,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_proxied_claims",
+            "counter",
+            "Messages this instance claimed for an unreachable owner (R7)",
+            NODE_QUEUE,
+        ),
+        lambda o: o.proxied_claims,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_transfer_latency_seconds",
+            "gauge",
+            "Current estimate of replicated arrival to replicated ack; a message owned "
+            "elsewhere waits this long here before it is asked for (R4)",
+            NODE_QUEUE,
+        ),
+        lambda o: o.latency_estimate_ms / 1000.0,
+    ),
+    (
+        MetricSpec(
+            "amps_queue_proxied_transfer",
+            "gauge",
+            "1 while an administrator has proxied transfer on for the queue here (R7)",
+            NODE_QUEUE,
+            "proxied_transfer",
+        ),
+        lambda o: float(o.proxied_transfer),
+    ),
+)
+
 QUEUE_EXPIRED = MetricSpec(
     "amps_queue_expired_messages",
     "counter",
@@ -589,6 +714,7 @@ def all_metrics() -> list[MetricSpec]:
         FSYNC_SECONDS,
         *(spec for spec, _ in QUEUE_METRICS),
         QUEUE_EXPIRED,
+        *(spec for spec, _ in OWNERSHIP_METRICS),
         *(spec for spec, _ in DESTINATION_METRICS),
         REPLICATION_ORIGIN_TXID,
         REPLICATION_RECEIVED,
@@ -666,6 +792,12 @@ class _InstanceCollector:
             for reason, read in EXPIRED_BY_REASON:
                 expired.add_metric([s.node, q.queue, reason], read(q.statistics))
         yield expired
+        replicated = [(q.queue, q.ownership) for q in s.queues if q.ownership is not None]
+        for spec, read_ownership in OWNERSHIP_METRICS:
+            family = _family(spec)
+            for name, ownership in replicated:
+                family.add_metric([s.node, name], read_ownership(ownership))
+            yield family
 
 
 class _FsyncHistogram:

@@ -46,6 +46,19 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("OLDEST_S", "seconds_behind", ".1f"),
     ("OLDEST_LEASE_S", "age_of_oldest_lease", ".1f"),
     ("SUBS", "subscription_count", "d"),
+)
+# Replicated queues only (R2-R7): who owns what, transfers, and the proxied-transfer switch.
+OWNERSHIP_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("QUEUE", "name", "s"),
+    ("OWNED", "owned", "d"),
+    ("ELSEWHERE", "owned_elsewhere_count", "d"),
+    ("IN", "transferred_in", "d"),
+    ("OUT", "transferred_out", "d"),
+    ("REQUESTED", "transfer_requests_sent", "d"),
+    ("GRANTED", "transfer_requests_granted", "d"),
+    ("UNANSWERED", "transfer_requests_unanswered", "d"),
+    ("CLAIMS", "proxied_claims", "d"),
+    ("LATENCY_S", "transfer_latency_seconds", ".3f"),
     ("PROXIED", "proxied_transfer", "s"),
 )
 
@@ -133,8 +146,12 @@ def table(items: list[dict[str, Any]], columns: tuple[tuple[str, str, str], ...]
 
 
 def queues_table(queues: list[dict[str, Any]]) -> str:
-    """A fixed-width table, one row per queue."""
-    return table(queues, TABLE_COLUMNS)
+    """A fixed-width table, one row per queue; then the ownership of the replicated ones."""
+    text = table(queues, TABLE_COLUMNS)
+    replicated = [q for q in queues if q.get("replicated")]
+    if replicated:
+        text += "\n\n" + table(replicated, OWNERSHIP_COLUMNS)
+    return text
 
 
 def exit_on_error(error: AdminError) -> NoReturn:
@@ -226,7 +243,9 @@ def admin() -> None:
 @timeout_option
 @output_option("of every queue")
 def queues(server: str, timeout_s: float, output: str) -> None:
-    """Depth, backlog (leased), deliverable and oldest ages of every queue."""
+    """Depth, backlog (leased), deliverable and oldest ages of every queue; for replicated
+    queues, a second table: owned here and elsewhere, transfers, requests, proxied claims, the
+    transfer-latency estimate and whether proxied transfer is on."""
     try:
         body = fetch_json(server, QUEUES_PATH, timeout_s)
     except AdminError as error:

@@ -250,6 +250,9 @@ class ReplicationConfig:
     """`Replication`: the outgoing destinations of this instance."""
 
     destinations: tuple[DestinationConfig, ...] = ()
+    # R7: an instance nothing arrived from, by any path, for this long is unreachable, and
+    # proxied transfer may act for it (links heartbeat every second).
+    reachability_interval_ms: int = 5_000
     # Element path of each destination (for errors found after parsing); not configuration.
     paths: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

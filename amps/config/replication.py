@@ -53,7 +53,13 @@ def _parse_regex(text: str) -> str:
 def parse_replication(
     reader: Reader, path: str, element: Element
 ) -> tuple[ReplicationConfig, list[tuple[str, ReplicationTopicConfig]]]:
-    fields = reader.children(element, path, repeated=("Destination",))
+    fields = reader.children(
+        element, path, single=("ReachabilityInterval",), repeated=("Destination",)
+    )
+    interval_ms = reader.value(
+        fields, "ReachabilityInterval", duration(1_000_000, 2 * 10**9, "2s", 3600 * 10**9, "1h"),
+        5_000,
+    )  # fmt: skip
     destinations: list[DestinationConfig] = []
     topics: list[tuple[str, ReplicationTopicConfig]] = []
     paths: list[str] = []
@@ -62,7 +68,8 @@ def parse_replication(
         if destination is not None:
             destinations.append(destination)
             paths.append(destination_path)
-    return ReplicationConfig(tuple(destinations), tuple(paths)), topics
+    config = ReplicationConfig(tuple(destinations), interval_ms, tuple(paths))
+    return config, topics
 
 
 def check_destinations(

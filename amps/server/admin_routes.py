@@ -14,12 +14,15 @@ The one queue action, POST `/amps/administrator/queues/<id>/enable_proxied_trans
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from amps.config import QueueConfig
 from amps.queue import QueueStatistics
+
+if TYPE_CHECKING:
+    from amps.metrics import OwnershipView
 
 JSON = "application/json"
 QUEUES_PATH = "/amps/instance/queues"
@@ -44,6 +47,10 @@ class QueueSource(Protocol):
     def set_proxied_transfer(self, enabled: bool) -> None: ...
 
     def statistics(self) -> QueueStatistics: ...
+
+    def ownership_statistics(self) -> OwnershipView | None:
+        """Ownership counters of a replicated queue; None for one that does not span."""
+        ...
 
 
 def _seconds(ms: int | None) -> float:
@@ -98,6 +105,35 @@ def queue_json(queue: QueueSource) -> dict[str, Any]:
         },
         "sent_at_most_once_count": s.sent_at_most_once_total,
         "barrier_delivered_count": s.barrier_delivered_total,
+        **ownership_json(queue.ownership_statistics(), s),
+    }
+
+
+def ownership_json(o: OwnershipView | None, s: QueueStatistics) -> dict[str, Any]:
+    """AMPS's `owned`, `transferred_in`, `transferred_out`, then this broker's own; a queue
+    that does not span instances owns every message it holds and transfers none."""
+    if o is None:
+        return {
+            "owned": s.depth,
+            "transferred_in": 0,
+            "transferred_out": 0,
+            "owned_elsewhere_count": 0,
+            "transfer_requests_sent": 0,
+            "transfer_requests_granted": 0,
+            "transfer_requests_unanswered": 0,
+            "proxied_claims": 0,
+            "transfer_latency_seconds": None,
+        }
+    return {
+        "owned": o.owned,
+        "transferred_in": o.transferred_in,
+        "transferred_out": o.transferred_out,
+        "owned_elsewhere_count": o.owned_elsewhere,
+        "transfer_requests_sent": o.requests_sent,
+        "transfer_requests_granted": o.requests_granted,
+        "transfer_requests_unanswered": o.requests_unanswered,
+        "proxied_claims": o.proxied_claims,
+        "transfer_latency_seconds": o.latency_estimate_ms / 1000.0,
     }
 
 

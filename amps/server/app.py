@@ -509,7 +509,7 @@ class Server:
             journal_holds={h.holder: h.oldest_needed_txid for h in instance.holds.holds()},
             journal_held_segments=dict(lifecycle.held_segments),
             queues=tuple(
-                QueueSnapshot(name, driver.statistics())
+                QueueSnapshot(name, driver.statistics(), driver.ownership_statistics())
                 for name, driver in sorted(instance.queues.drivers.items())
             ),
             replication=self.replicator.snapshot() if self.replicator is not None else None,

@@ -48,7 +48,12 @@ from amps.server.file_columns import FileColumnFactory
 from amps.server.wire import QueueDeliveryEncoder
 from replication.latency import LatencyOptions
 from replication.ownership import AppendOwnership, SendOwnership, SendTransferRequest, TransferKind
-from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
+from replication.queue_replica import (
+    QueueReplica,
+    ReplicaAction,
+    ReplicaOptions,
+    ReplicaStatistics,
+)
 from replication.transfers import from_log, to_log
 
 if TYPE_CHECKING:
@@ -78,9 +83,8 @@ _REMOVED_WHEN_SENT = (QueueAction.DELIVERED_AT_MOST_ONCE, QueueAction.BARRIER_RE
 # give the estimator samples; how long an unanswered request stands (a refusal is silence).
 TRANSFER_LATENCY_DEFAULT_MS = 250
 TRANSFER_REQUEST_TIMEOUT_MS = 1_000
-# R7: how long an owner may be silent (by any path) before a proxied transfer acts for it, and
-# how often the reachability is looked at while proxied transfer is on.
-OWNER_UNREACHABLE_MS = 5_000
+# R7: how often the owners' reachability is looked at while proxied transfer is on (how long
+# an owner may be silent first is Replication/ReachabilityInterval).
 REACHABILITY_CHECK_MS = 500
 
 
@@ -273,6 +277,10 @@ class QueueDriver:
         now_ms = self.instance.now_ms()
         self._check_reachability(now_ms)
         self.run(self.replica.proxied_transfer_switched(enabled, now_ms), now_ms)
+
+    def ownership_statistics(self) -> ReplicaStatistics | None:
+        """Ownership counters of a replicated queue (metrics, admin); None for any other."""
+        return None if self.replica is None else self.replica.statistics()
 
     def oldest_needed_txid(self) -> int:
         """The journal lifecycle's hold: the queue's unacknowledged messages, and what a restart
@@ -889,7 +897,10 @@ class QueueDriver:
         owners = set(self.replica.latencies.estimates_ms())
         if self.config.initial_owner:
             owners.add(self.config.initial_owner)
-        unreachable = replicator.unreachable(owners, now_ms, OWNER_UNREACHABLE_MS)
+        replication = self.instance.config.replication
+        assert replication is not None  # a replicated queue has destinations
+        interval_ms = replication.reachability_interval_ms
+        unreachable = replicator.unreachable(owners, now_ms, interval_ms)
         self.replica.reachability_changed(unreachable, now_ms)
 
     def _arm_timer(self) -> None:

@@ -56,6 +56,11 @@ def render() -> str:
         "`amps_queue_expired_messages_total` counts each expiration once, under its primary "
         "`reason` (`time_limit`, `forced_expire`, `max_cancels`, `max_deliveries`).\n"
     )
+    lines.append(
+        "The ownership metrics (`amps_queue_owned_messages` to `amps_queue_proxied_transfer`) "
+        "are exposed for replicated queues only: a queue that does not span instances owns "
+        "every message it holds (its JSON page says so: `owned` equals `queue_depth`).\n"
+    )
     return "\n".join(lines)
 
 

@@ -69,3 +69,26 @@ def test_a_queue_is_replicated_when_a_destination_topic_names_it() -> None:
     config = load(document(QUEUES + everything, log=ALL_RECORDED))
     replicated = {q.name: config.replicates_queue(q) for q in config.queues}
     assert replicated == {"work": True, "solo": True, "local": False}
+
+
+def test_reachability_interval_defaults_to_five_seconds_and_is_bounded() -> None:
+    config = load(document(QUEUES + DESTINATION, log=ALL_RECORDED))
+    assert config.replication is not None
+    assert config.replication.reachability_interval_ms == 5_000
+    shorter = DESTINATION.replace(
+        "<Replication>", "<Replication><ReachabilityInterval>2s</ReachabilityInterval>"
+    )
+    config = load(document(QUEUES + shorter, log=ALL_RECORDED))
+    assert config.replication is not None
+    assert config.replication.reachability_interval_ms == 2_000
+    assert_error(
+        document(
+            QUEUES
+            + DESTINATION.replace(
+                "<Replication>", "<Replication><ReachabilityInterval>1s</ReachabilityInterval>"
+            ),
+            log=ALL_RECORDED,
+        ),
+        "AMPSConfig/Replication/ReachabilityInterval",
+        "from 2s",
+    )

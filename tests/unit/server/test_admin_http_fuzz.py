@@ -52,6 +52,9 @@ class Queue:
     def set_proxied_transfer(self, enabled: bool) -> None:
         self.proxied_transfer = enabled
 
+    def ownership_statistics(self) -> None:
+        return None  # neither queue spans instances here
+
     def statistics(self) -> QueueStatistics:
         return self.engine.statistics(now_ms=0)
 

@@ -1,8 +1,9 @@
 """The administrator's switches over a real AdminHttpServer, driven by the real CLI commands:
 proxied transfer per queue (R7) and client transports (InitialState), both POST only.
 
-The queues are configured queues over real engines; only the driver around them is replaced by
-the few fields the pages read (a driver needs a whole instance).
+The queues are configured queues over real engines and replicated-queue cores; only the
+driver around them is replaced by the few fields the pages read (a driver needs a whole
+instance).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from click.testing import CliRunner
 from amps import errors
 from amps.cli.admin_cmds import admin
 from amps.config import Config, QueueConfig, load_config
-from amps.queue import QueueEngine, QueueStatistics
+from amps.queue import Deliver, MessagePublished, QueueEngine, QueueStatistics, Subscribed
 from amps.server.admin_http import AdminHttpServer
 from amps.server.admin_routes import QUEUE_ACTIONS_PATH, QUEUES_PATH, QueueRoutes
 from amps.server.queues import policy_for
@@ -31,6 +32,11 @@ from amps.server.transports import (
     ClientTransports,
     TransportRoutes,
 )
+from replication.latency import LatencyOptions
+from replication.ownership import AppendOwnership, TransferKind
+from replication.queue_replica import QueueReplica, ReplicaOptions, ReplicaStatistics
+
+LATENCY_MS = 250
 
 CONFIG = """<AMPSConfig><Name>east</Name>
 <Transports>
@@ -58,19 +64,23 @@ CONFIG = """<AMPSConfig><Name>east</Name>
 
 @dataclass
 class Queue:
-    """A QueueSource: a configured queue, a real engine, and the switch the driver keeps."""
+    """A QueueSource: a configured queue, its real replica core, the switch the driver keeps."""
 
     config: QueueConfig
-    engine: QueueEngine
+    replica: QueueReplica
     replicated: bool
     proxied_transfer: bool = False
 
     def set_proxied_transfer(self, enabled: bool) -> None:
         assert self.replicated
         self.proxied_transfer = enabled
+        self.replica.proxied_transfer_switched(enabled, now_ms=0)
 
     def statistics(self) -> QueueStatistics:
-        return self.engine.statistics(now_ms=0)
+        return self.replica.engine.statistics(now_ms=0)
+
+    def ownership_statistics(self) -> ReplicaStatistics | None:
+        return self.replica.statistics() if self.replicated else None
 
 
 @dataclass
@@ -81,10 +91,15 @@ class Served:
 
 
 def _queues(config: Config) -> dict[str, Queue]:
-    return {
-        q.name: Queue(q, QueueEngine(policy_for(q)), config.replicates_queue(q))
-        for q in config.queues
-    }
+    queues = {}
+    for q in config.queues:
+        replicated = config.replicates_queue(q)
+        options = ReplicaOptions(
+            kind=q.kind, replicated=replicated, latency=LatencyOptions(default_ms=LATENCY_MS)
+        )
+        replica = QueueReplica(config.name, QueueEngine(policy_for(q)), options)
+        queues[q.name] = Queue(q, replica, replicated)
+    return queues
 
 
 @pytest.fixture
@@ -167,8 +182,45 @@ def test_the_queue_pages_and_the_table_show_the_setting(served: Served) -> None:
     assert shown == {"work": (True, True), "solo": (False, False), "jobs": (False, False)}
     code, output = cli(served, "queues")
     assert code == 0
-    rows = {line.split()[0]: line.split()[-1] for line in output.splitlines()[1:]}
-    assert rows == {"jobs": "no", "solo": "no", "work": "yes"}
+    queues, ownership = output.strip().split("\n\n")
+    assert [line.split()[0] for line in queues.splitlines()] == ["QUEUE", "jobs", "solo", "work"]
+    header, row = ownership.splitlines()  # replicated queues only
+    assert (header.split()[0], header.split()[-1]) == ("QUEUE", "PROXIED")
+    assert (row.split()[0], row.split()[-1]) == ("work", "yes")
+
+
+def test_ownership_statistics_follow_a_proxied_claim(served: Served) -> None:
+    """R7 through the surfaces: a message owned by `west` waits here for a local subscriber;
+    with proxied transfer on and `west` unreachable, it is claimed, counted and shown."""
+    replica = served.queues["work"].replica
+    replica.handle(Subscribed("client/s", "s", 5), now_ms=1)
+    replica.published([MessagePublished(1, 7, 1, 1, 0, False)], ["west"], now_ms=1)
+    cli(served, "queue", "proxied-transfer", "work", "enable", "--yes")
+    replica.reachability_changed({"west"}, now_ms=2)
+    actions = replica.on_deadline(now_ms=2 + LATENCY_MS)  # waited past the estimate (R4)
+    kinds = [type(a) for a in actions]
+    assert kinds.index(AppendOwnership) < kinds.index(Deliver)  # logged before delivered
+    claim = actions[kinds.index(AppendOwnership)]
+    assert isinstance(claim, AppendOwnership)
+    assert (claim.record.kind, claim.record.owner, claim.record.epoch) == (
+        TransferKind.CLAIM,
+        "east",
+        1,
+    )
+    one = orjson.loads(http(served, f"{QUEUES_PATH}/work")[1])
+    counts = {k: one[k] for k in ("owned", "transferred_in", "transferred_out", "proxied_claims")}
+    assert counts == {"owned": 1, "transferred_in": 1, "transferred_out": 0, "proxied_claims": 1}
+    assert one["transfer_latency_seconds"] == LATENCY_MS / 1000
+    assert orjson.loads(http(served, f"{QUEUES_PATH}/solo")[1])["transfer_latency_seconds"] is None
+    output = cli(served, "queues")[1]
+    header, row = output.strip().split("\n\n")[1].splitlines()
+    cells = dict(zip(header.split(), row.split(), strict=True))
+    assert (cells["OWNED"], cells["IN"], cells["CLAIMS"], cells["PROXIED"]) == (
+        "1",
+        "1",
+        "1",
+        "yes",
+    )
 
 
 def test_unknown_local_and_unreplicated_queues_are_refused_with_a_reason(served: Served) -> None:
