@@ -1,7 +1,8 @@
 """The runbook docs/operations/losing-an-instance.md, step by step, on real processes (issue 9,
 R7, seed 004): three instances replicate a queue; its owner is SIGKILLed with messages leased
 and queued; proxied transfer is enabled on one survivor through the CLI and the queue drained
-there; the owner restarts without client access (InitialState disabled), catches up, proxied
+there (claims for its consumer, grants for a consumer left on the third instance, each logged
+and replicated); the owner restarts without client access (InitialState disabled), catches up, proxied
 transfer is disabled and the transport enabled. The checker: nothing lost, and the only
 duplicates the documented ones (messages leased on the owner when it died).
 """
@@ -20,6 +21,7 @@ import pytest
 from amps.client import Client, Message
 from amps.errors import ConnectionBroken
 from tests.cluster.checker import Delivery, check_queue
+from tests.cluster.test_replicated_queues import grants
 from tests.harness.cluster import Cluster, cluster, cluster_configs, full_mesh, wait_until
 from tests.harness.instance import InstanceProcess, amps_cli
 from tests.harness.streams import more_within, take
@@ -29,6 +31,8 @@ TOTAL = 40  # published on the owner before it dies
 LEASED = 5  # held, unacknowledged, by the owner's consumer at the kill
 ACKED_BEFORE = 5  # acknowledged on the owner before the kill
 AFTER = 5  # published on the recovered owner once it is open again
+BACKLOG_B = 10  # the survivor's consumer's backlog
+ON_C = 4  # taken meanwhile by a consumer left on the third instance
 TIMEOUT_S = 60
 QUEUE = (
     "<SOW><Queue><Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic>"
@@ -112,24 +116,51 @@ async def test_the_runbook_drains_a_dead_owners_queue_and_reconciles_it(mesh: Cl
     # Steps 1-3: b is the survivor; its consumer subscribes; proxied transfer on, by the CLI.
     async with Client("consumer-b") as worker:
         await worker.connect(b.address)
-        on_b = await worker.subscribe("work", max_backlog=10)
+        on_b = await worker.subscribe("work", max_backlog=BACKLOG_B)
         assert queue_json(b)["proxied_claims"] == 0
         out = await asyncio.to_thread(
             admin, b, "queue", "proxied-transfer", "work", "enable", "--yes"
         )
         assert out == "proxied transfer enabled for queue work\n"
-        await consume(worker, on_b, remaining, "b", deliveries)
-        await wait_until(lambda: queue_json(b)["queue_depth"] == 0)
-        await wait_until(lambda: queue_json(c)["queue_depth"] == 0)
+        # b claims for its consumer (R7) until that consumer's backlog is full ...
+        held = await take(on_b, BACKLOG_B, TIMEOUT_S)
+        received_s = time.monotonic()
+        # ... and grants, as a proxy for a, what a consumer left on c asks for meanwhile.
+        async with Client("consumer-c") as other:
+            await other.connect(c.address)
+            await consume(
+                other, await other.subscribe("work", max_backlog=2), ON_C, "c", deliveries
+            )
+        for message in held:
+            await worker.ack_message(message)
+            deliveries.append(Delivery("b", key(message), received_s, time.monotonic()))
+        await worker.flush_acks()
+        left = remaining - BACKLOG_B - ON_C
+        await consume(worker, on_b, left, "b", deliveries)
+        await wait_until(lambda: all(queue_json(i)["queue_depth"] == 0 for i in (b, c)))
         survivor = queue_json(b)
-        assert (survivor["proxied_claims"], survivor["transferred_in"]) == (remaining, remaining)
+        claims, granted = survivor["proxied_claims"], survivor["transfer_requests_granted"]
+        assert isinstance(claims, int)
+        assert isinstance(granted, int)
+        # Every message a owned left a's ownership once, through b: claimed or granted by it.
+        assert claims + granted == remaining, survivor
+        assert granted >= ON_C, survivor
+        # Each claim and grant was logged by b and replicated to c (R7: "written to its log").
+        moves = await asyncio.to_thread(grants, b)
+        assert moves.count(("b", "b")) == claims
+        assert moves.count(("b", "c")) == granted
+        assert sorted(await asyncio.to_thread(grants, c)) == sorted(moves)
         metrics = await asyncio.to_thread(admin, b, "metrics")
-        assert f'amps_queue_proxied_claims_total{{node="b",queue="work"}} {remaining}.0' in metrics
+        assert f'amps_queue_proxied_claims_total{{node="b",queue="work"}} {claims}.0' in metrics
         assert 'amps_queue_proxied_transfer{node="b",queue="work"} 1.0' in metrics
         table = (await asyncio.to_thread(admin, b, "queues")).split("\n\n")[1]
         header, row = table.splitlines()
         cells = dict(zip(header.split(), row.split(), strict=True))
-        assert (cells["CLAIMS"], cells["PROXIED"]) == (str(remaining), "yes")
+        assert (cells["CLAIMS"], cells["GRANTED"], cells["PROXIED"]) == (
+            str(claims),
+            str(granted),
+            "yes",
+        )
 
         # Step 4: a comes back without client access and catches up with b's claims and acks.
         a.config_text = a.config_text.replace(
