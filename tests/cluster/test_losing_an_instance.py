@@ -2,9 +2,9 @@
 R7, seed 004): three instances replicate a queue; its owner is SIGKILLed with messages leased
 and queued; proxied transfer is enabled on one survivor through the CLI and the queue drained
 there (claims for its consumer, grants for a consumer left on the third instance, each logged
-and replicated); the owner restarts without client access (InitialState disabled), catches up, proxied
-transfer is disabled and the transport enabled. The checker: nothing lost, and the only
-duplicates the documented ones (messages leased on the owner when it died).
+and replicated); the owner restarts without client access (InitialState disabled), catches
+up, proxied transfer is disabled and the transport enabled. The checker: nothing lost, and the
+only duplicates the documented ones (messages leased on the owner when it died).
 """
 
 from __future__ import annotations
