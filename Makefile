@@ -61,10 +61,12 @@ test-fast: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -m "not spark" tests
 
 # The seeded cluster simulation (tests/simulation/): SEEDS=n runs seeds 0..n-1, SEED=n replays one
-# seed with its transcript, PROXIED=1 runs with proxied transfer on one survivor.
+# seed with its transcript, PROXIED=1 runs with proxied transfer on one survivor, INSTANCES=n
+# simulates n instances (3 by default).
 SEEDS ?= 1000
 sim: $(VENV)/.installed-dev
-	$(PY) -m tests.simulation.cluster_sim $(if $(SEED),--seed $(SEED) -v,--seeds $(SEEDS)) $(if $(PROXIED),--proxied,)
+	$(PY) -m tests.simulation.cluster_sim $(if $(SEED),--seed $(SEED) -v,--seeds $(SEEDS)) $(if $(PROXIED),--proxied,) \
+		$(if $(INSTANCES),--instances $(INSTANCES),)
 
 lint: $(VENV)/.installed-dev proto-check
 	$(VENV)/bin/ruff check .

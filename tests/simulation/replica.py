@@ -1,58 +1,89 @@
-"""One replicated queue on one simulated instance: the real ownership core and transfer latency
-estimator, and the simulated consumers that lease, ack, cancel, stall and disconnect.
+"""One replicated queue on one simulated instance: the real `QueueReplica` (queue engine,
+ownership machine, transfer latency estimators) and the simulated consumers that lease, ack,
+cancel, stall and disconnect.
 
-Facts in (records applied to the log, requests, time), actions out for the cluster to perform
-in order: a `Record` to append to the local log, `AfterDurable` (what may happen only once
-everything appended so far is durable: the ordering contract), a `TransferRequest` to send, and
-`Lease` notes for the transcript. The broken variants the simulation must catch live here too.
+Facts in (records appended to the log, requests, time, consumer actions), actions out for the
+cluster to perform in order: a `Record` to append to the local log, a `Lease` a consumer now
+holds, a `DeadLetter`, a `TransferRequest` to send, and `SendRecordNow` in the broken variant.
+Text lines are transcript notes. The cluster keeps the ordering contract (a lease given after a
+grant or claim in the same list waits until that record is durable).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from amps.log.bookmarks import Bookmark
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record, TransferRecord
-from replication.latency import LatencyOptions, TransferLatencies
+from amps.queue import (
+    Acked,
+    AckOption,
+    ClientDisconnected,
+    Deliver,
+    DeliverBarrier,
+    ExpireReason,
+    MessagePublished,
+    MessageRemoved,
+    PublishDeadLetter,
+    QueueEngine,
+    QueuePolicy,
+    RecordRemoval,
+    RemovalReason,
+    Subscribed,
+)
+from replication.latency import LatencyOptions
 from replication.ownership import (
     Action,
     AppendOwnership,
-    Event,
-    MessageEntered,
     MessageKey,
-    Offer,
     Ownership,
     OwnershipRecord,
-    OwnershipRecorded,
     OwnershipState,
-    Removed,
     SendOwnership,
     SendTransferRequest,
-    TakerWaiting,
     TransferKind,
     TransferRequested,
 )
+from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
 from replication.transfers import from_log, to_log
 
 QUEUE = "work"
-REQUEST_TIMEOUT_MS = 40
+REPLAY_MS = 0  # recovery replays the log at this time, before anything is due
 LEASE_MS = 80
-LATENCY = LatencyOptions(default_ms=20, window=16, min_samples=4, max_tracked=1_024, max_ms=200)
+POLICY = QueuePolicy(
+    lease_period_ms=LEASE_MS,
+    max_per_subscription_backlog=3,
+    max_cancels=3,
+    max_deliveries=4,
+    expiration_ms=300,
+)
+OPTIONS = ReplicaOptions(
+    request_timeout_ms=40,
+    latency=LatencyOptions(default_ms=20, window=16, min_samples=4, max_tracked=1_024, max_ms=200),
+)
 
 
 @dataclass(frozen=True)
-class ReplicaOptions:
-    break_first_request: bool = False
-    break_log_before_send: bool = False
+class Breakage:
+    """Rules broken on purpose, to prove the simulation notices."""
+
+    first_request: bool = False  # every request granted, not only the first (R5)
+    log_before_send: bool = False  # grants sent and claims delivered before they are durable
 
 
 @dataclass(frozen=True)
-class AfterDurable:
-    """Offer these messages only once everything appended so far is durable (Rule 5)."""
+class Lease:
+    key: MessageKey
+    client_id: str
+    deadline_ms: int
 
-    keys: tuple[MessageKey, ...]
+
+@dataclass(frozen=True)
+class DeadLetter:
+    key: MessageKey
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -65,12 +96,6 @@ class TransferRequest:
     key: MessageKey
     requester: str
     owner: str
-
-
-@dataclass(frozen=True)
-class Lease:
-    key: MessageKey
-    consumer: str
 
 
 class FirstRequestBroken(Ownership):
@@ -91,7 +116,9 @@ class FirstRequestBroken(Ownership):
 
 @dataclass
 class Consumer:
-    name: str
+    """One client with one queue subscription; `leases` as the client sees them."""
+
+    client_id: str
     backlog: int
     steady: bool  # acks everything it gets, never cancels, stalls or disconnects
     leases: dict[MessageKey, int] = field(default_factory=dict)  # key -> lease deadline ms
@@ -99,231 +126,230 @@ class Consumer:
     stalled_until_ms: int = 0
 
 
-class OwnershipReplica:
+class SimQueue:
     """The queue side of one instance."""
 
-    def __init__(self, here: str, options: ReplicaOptions) -> None:
+    def __init__(self, here: str, breakage: Breakage) -> None:
         self.here = here
-        self.options = options
-        kind = FirstRequestBroken if options.break_first_request else Ownership
-        self.machine = kind(here, request_timeout_ms=REQUEST_TIMEOUT_MS)
-        self.latency = TransferLatencies(LATENCY)
-        self.arrived_ms: dict[MessageKey, int] = {}  # live messages, in arrival order
-        self.consumers: list[Consumer] = []
-        self.withheld: set[MessageKey] = set()  # offered once durable
-        self.waiting: list[tuple[int, tuple[MessageKey, ...]]] = []  # (txid, keys)
+        self.breakage = breakage
+        machine = None
+        if breakage.first_request:
+            machine = FirstRequestBroken(here, request_timeout_ms=OPTIONS.request_timeout_ms)
+        self.replica = QueueReplica(here, QueueEngine(POLICY), OPTIONS, ownership=machine)
+        self.key_of: dict[int, MessageKey] = {}  # local txid -> bookmark of a publish
+        self.consumers: dict[str, Consumer] = {}
+        self._clients = 0
+        self._owned_before = False
+        self.dirty = True  # it handled something since its invariants were last checked
+        self._deadline_stale = True
+        self._deadline_ms: int | None = None
+
+    @property
+    def ownership(self) -> Ownership:
+        return self.replica.ownership
 
     # -- switches ----------------------------------------------------------------------------
 
-    def set_proxied(self, on: bool) -> None:
-        self.machine.proxied_transfer = on
+    def set_proxied(self, on: bool, now_ms: int) -> list[object]:
+        return self._out(self.replica.proxied_transfer_switched(on, now_ms))
 
-    def set_unreachable(self, names: frozenset[str]) -> None:
-        self.machine.unreachable = names
+    def set_unreachable(self, names: frozenset[str], now_ms: int) -> list[object]:
+        if names == self.ownership.unreachable:
+            return []
+        return self._out(self.replica.reachability_changed(names, now_ms))
 
     def may_proxy_for(self, owner: str) -> bool:
-        return self.machine.proxied_transfer and owner in self.machine.unreachable
+        return self.ownership.proxied_transfer and owner in self.ownership.unreachable
 
     # -- records -----------------------------------------------------------------------------
 
-    def recover(self, records: Sequence[Record], now_ms: int) -> None:
-        """Rebuild ownership from the durable log (the actions were performed before)."""
+    def recover(self, records: Sequence[Record], now_ms: int) -> list[object]:
+        """Rebuild the queue from the durable log, then return what is due now.
+
+        The log is replayed before any time-driven work (at time 0, when nothing is due):
+        replayed at the current time, a message past its expiration would be expired before
+        a later record in the log (its ack, its owner's expiry) is read, writing a second
+        removal and dead letter, or none that replicates if recovery wrote nothing (seed 19
+        of this simulation's second version). What is due then leaves with its own record."""
+        out: list[object] = []
         for record in records:
-            for event in self._events_of(record, now_ms):
-                self.machine.handle(event, now_ms)
+            if isinstance(record, QueueRecord) and record.origin_instance == self.here:
+                for key in self._keys(record):
+                    reason, reasons = _removal_of(record)
+                    event = MessageRemoved(reason, bookmark=key, expire_reasons=reasons)
+                    out += self._out(self.replica.handle(event, REPLAY_MS))
+            else:
+                out += self.applied(record, REPLAY_MS, local=False)
+        return out + self._out(self.replica.on_deadline(now_ms))
 
     def applied(self, record: Record, now_ms: int, *, local: bool) -> list[object]:
-        """A record was appended here: a publish enters; a peer's ack or grant is applied.
-        (This replica's own acks and grants were applied when it wrote them.)"""
-        if local and not isinstance(record, PublishRecord):
-            return []
-        out: list[object] = []
-        for event in self._events_of(record, now_ms):
-            out += self._handle(event, now_ms)
-        return out
-
-    def _events_of(self, record: Record, now_ms: int) -> list[Event]:
+        """A record was appended here: a publish enters; a peer's removal or ownership record
+        is applied. (This instance's own removals and grants were applied when made.)"""
+        replica = self.replica
         if isinstance(record, PublishRecord):
             key = (record.publisher_id, record.seq)
-            if self.machine.state_of(key) is None:
-                self.arrived_ms[key] = now_ms
-                if record.origin_instance != self.here:
-                    self.latency.of(record.origin_instance).arrived(key, now_ms)
-            return [MessageEntered(key, record.origin_instance)]
+            self.key_of[record.txid] = key
+            message = MessagePublished(
+                record.txid, record.publisher_id, record.seq, record.timestamp_us // 1000
+            )
+            return self._out(replica.published([message], [record.origin_instance], now_ms))
+        if local:
+            return []
         if isinstance(record, TransferRecord):
-            return [OwnershipRecorded(from_log(record))]
-        if record.action is QueueAction.ACK:
-            keys = [(b.publisher_id, b.seq) for b in record.bookmarks]
-            for key in keys:
-                owner = self.machine.owner_of(key)
-                if owner is not None:
-                    self.latency.of(owner[0]).acked(key, now_ms)
-                self._forget(key)
-            return [Removed(key) for key in keys]
-        return []
+            return self._out(replica.ownership_recorded(from_log(record), now_ms))
+        reason, reasons = _removal_of(record)
+        for key in self._keys(record):
+            self._drop_leases(key)
+        return self._out(replica.removed_by_peer(self._keys(record), now_ms, reason, reasons))
 
-    def _forget(self, key: MessageKey) -> None:
-        self.arrived_ms.pop(key, None)
-        self.withheld.discard(key)
-        for consumer in self.consumers:
-            consumer.leases.pop(key, None)  # acked elsewhere: the lease here is moot
-
-    def _perform(self, actions: list[Action]) -> list[object]:
-        """The ownership machine's actions as the cluster's, keeping the ordering contract."""
-        out: list[object] = []
-        appended = False
-        for action in actions:
-            if isinstance(action, AppendOwnership):
-                record = action.record
-                proxied = record.kind is TransferKind.CLAIM or self.may_proxy_for(
-                    self._owner_before
-                )
-                out.append(to_log(QUEUE, record, proxied=proxied))
-                appended = True
-            elif isinstance(action, SendOwnership):
-                if self.options.break_log_before_send:
-                    out.append(SendRecordNow())
-                # else: the link sends the record once it is durable (only durable records leave)
-            elif isinstance(action, Offer):
-                if appended and not self.options.break_log_before_send:
-                    self.withheld.add(action.key)
-                    out.append(AfterDurable((action.key,)))
-            elif isinstance(action, SendTransferRequest):
-                out.append(TransferRequest(action.key, self.here, action.owner))
-            # Withdraw: nothing more is leased from it (`owned_here` is asked); a lease that a
-            # later record took away stays with its consumer, who has the message already.
-        return out
-
-    _owner_before = ""
-
-    def _handle(self, event: Event, now_ms: int) -> list[object]:
-        key = event.record.key if isinstance(event, OwnershipRecorded) else event.key
-        owner = self.machine.owner_of(key)
-        self._owner_before = owner[0] if owner is not None else ""
-        return self._perform(self.machine.handle(event, now_ms))
-
-    # -- durability --------------------------------------------------------------------------
-
-    def hold_until(self, txid: int, held: AfterDurable) -> None:
-        self.waiting.append((txid, held.keys))
-
-    def release(self, keys: Iterable[MessageKey]) -> None:
-        self.withheld.difference_update(keys)
-
-    def durable(self, durable_txid: int) -> list[object]:
-        due = [keys for txid, keys in self.waiting if txid <= durable_txid]
-        self.waiting = [(t, k) for t, k in self.waiting if t > durable_txid]
-        for keys in due:
-            self.release(keys)
-        return []
-
-    # -- requests ----------------------------------------------------------------------------
+    @staticmethod
+    def _keys(record: QueueRecord) -> list[MessageKey]:
+        return [(b.publisher_id, b.seq) for b in record.bookmarks]
 
     def requested(self, request: TransferRequest, now_ms: int) -> list[object]:
-        key = request.key
-        held = self._leased_here(key) or (
-            self.machine.owned_here(key) and any(self._room(c) for c in self.consumers)
-        )
-        return self._handle(TransferRequested(key, request.requester, held), now_ms)
+        self._owned_before = self.replica.owned_here(request.key)
+        return self._out(self.replica.transfer_requested(request.key, request.requester, now_ms))
+
+    def on_deadline(self, now_ms: int) -> list[object]:
+        out: list[object] = []
+        if self._deadline_stale:  # only a call into the replica moves its deadline
+            self._deadline_ms = self.replica.next_deadline_ms()
+            self._deadline_stale = False
+        if self._deadline_ms is not None and self._deadline_ms <= now_ms:
+            out = self._out(self.replica.on_deadline(now_ms))
+        for consumer in self.consumers.values():
+            for key, lease_deadline in list(consumer.leases.items()):
+                if lease_deadline <= now_ms:
+                    del consumer.leases[key]  # the engine took it back (Q6)
+        return out
+
+    def _out(self, actions: list[ReplicaAction]) -> list[object]:
+        """The replica's actions as the cluster performs them, in order."""
+        self.dirty = self._deadline_stale = True
+        out: list[object] = []
+        for action in actions:
+            if isinstance(action, Deliver):
+                out.append(Lease(self.key_of[action.txid], action.client_id,
+                                 action.lease_deadline_ms or 0))  # fmt: skip
+            elif isinstance(action, RecordRemoval):
+                key = self.key_of[action.txid]
+                out.append(_removal_record(key, action))
+            elif isinstance(action, PublishDeadLetter):
+                out.append(DeadLetter(self.key_of[action.txid], action.reasons.reason_text()))
+            elif isinstance(action, AppendOwnership):
+                record = action.record
+                proxied = record.kind is TransferKind.CLAIM or (
+                    self.ownership.proxied_transfer and not self._owned_before
+                )
+                out.append(to_log(QUEUE, record, proxied=proxied))
+            elif isinstance(action, SendOwnership):
+                if self.breakage.log_before_send:
+                    out.append(SendRecordNow())
+                # else: the link sends the record once it is durable (only durable records leave)
+            elif isinstance(action, SendTransferRequest):
+                out.append(TransferRequest(action.key, self.here, action.owner))
+            else:
+                assert not isinstance(action, DeliverBarrier), "no barriers in this queue"
+        self._owned_before = False
+        return out
 
     # -- consumers ---------------------------------------------------------------------------
 
-    def add_consumers(self, count: int, rng: random.Random, *, steady: bool = False) -> None:
-        for _ in range(count):
-            name = f"{self.here}c{len(self.consumers)}"
-            self.consumers.append(Consumer(name, rng.choice([1, 1, 2, 3]), steady))
-
-    def _room(self, consumer: Consumer) -> bool:
-        return consumer.connected and len(consumer.leases) < consumer.backlog
-
-    def _leased_here(self, key: MessageKey) -> bool:
-        return any(key in c.leases for c in self.consumers)
-
-    def leased(self) -> set[MessageKey]:
-        return {key for c in self.consumers for key in c.leases}
-
-    def pump(self, now_ms: int) -> list[object]:
-        """Consumers with room take the oldest messages owned here (R3); for a message owned
-        elsewhere that waited longer than the owner's transfer latency, a taker waits (R4)."""
+    def add_consumers(
+        self, count: int, rng: random.Random, now_ms: int, *, steady: bool = False
+    ) -> list[object]:
         out: list[object] = []
-        machine = self.machine
-        for consumer in self.consumers:
-            for key in self.arrived_ms:
-                if not self._room(consumer):
-                    break
-                takeable = machine.owned_here(key) and key not in self.withheld
-                if takeable and not self._leased_here(key):
-                    consumer.leases[key] = now_ms + LEASE_MS
-                    out.append(Lease(key, consumer.name))
-        room = sum(c.backlog - len(c.leases) for c in self.consumers if c.connected)
-        asked = sum(1 for k in self.arrived_ms if machine.state_of(k) is OwnershipState.REQUESTED)
-        for key, arrived_ms in list(self.arrived_ms.items()):
-            if asked >= room:
-                break
-            state = machine.state_of(key)
-            if state not in (OwnershipState.OWNED_ELSEWHERE, OwnershipState.GRANTED):
-                continue
-            owner = machine.owner_of(key)
-            assert owner is not None
-            if self.latency.of(owner[0]).waited_long_enough(arrived_ms, now_ms):
-                out += self._handle(TakerWaiting(key), now_ms)
-                asked += 1
+        for _ in range(count):
+            client_id = f"{self.here}c{self._clients}"
+            self._clients += 1
+            consumer = Consumer(client_id, rng.choice([1, 1, 2, 3]), steady)
+            self.consumers[client_id] = consumer
+            out += self._subscribe(consumer, now_ms)
         return out
+
+    def _subscribe(self, consumer: Consumer, now_ms: int) -> list[object]:
+        event = Subscribed("s", consumer.client_id, consumer.backlog)
+        return self._out(self.replica.handle(event, now_ms))
+
+    def leased(self, consumer: Consumer | None, lease: Lease) -> bool:
+        """A delivery reached its consumer (it may have gone meanwhile)."""
+        if consumer is None or not consumer.connected or self.removed(lease.key):
+            return False  # gone while the delivery waited for its grant to be durable
+        consumer.leases[lease.key] = lease.deadline_ms
+        return True
 
     def consumer_step(self, rng: random.Random, now_ms: int) -> list[object]:
         """One consumer does one thing: ack, cancel, stall, disconnect or reconnect."""
         if not self.consumers:
             return []
-        consumer = rng.choice(self.consumers)
+        consumer = rng.choice(list(self.consumers.values()))
+        name = consumer.client_id
         if not consumer.connected:
             consumer.connected = True
-            return [f"{consumer.name} reconnects"]
+            return [f"{name} reconnects", *self._subscribe(consumer, now_ms)]
         if consumer.stalled_until_ms > now_ms:
             return []
         choice = 0.0 if consumer.steady else rng.random()
-        if choice < 0.7:
+        if choice < 0.8:
             if not consumer.leases:
                 return []
             key = rng.choice(sorted(consumer.leases))
-            return self.ack(key, consumer, now_ms)
-        if choice < 0.8:
-            if consumer.leases:
-                key = rng.choice(sorted(consumer.leases))
-                del consumer.leases[key]
-                return [f"{consumer.name} cancels {key}"]
-            return []
+            del consumer.leases[key]
+            option = AckOption.NONE if choice < 0.7 else AckOption.CANCEL
+            acked = self.replica.acked(Acked(name, [key], option), now_ms)
+            return [f"{name} {'acks' if choice < 0.7 else 'cancels'} {key}", *self._out(acked)]
         if choice < 0.9:
             consumer.stalled_until_ms = now_ms + rng.randint(20, 200)
-            return [f"{consumer.name} stalls"]
+            return [f"{name} stalls"]
         consumer.connected = False
         consumer.leases.clear()
-        return [f"{consumer.name} disconnects"]
+        gone = self.replica.handle(ClientDisconnected(name), now_ms)
+        return [f"{name} disconnects", *self._out(gone)]
 
-    def ack(self, key: MessageKey, consumer: Consumer, now_ms: int) -> list[object]:
-        record = QueueRecord(0, 0, QUEUE, QueueAction.ACK, bookmarks=(Bookmark(*key),))
-        self._forget(key)
-        self.machine.handle(Removed(key), now_ms)
-        return [f"{consumer.name} acks {key}", record]
-
-    def on_deadline(self, now_ms: int) -> list[object]:
-        out = self._perform(self.machine.on_deadline(now_ms))
-        for consumer in self.consumers:
-            for key, deadline in list(consumer.leases.items()):
-                if deadline <= now_ms:
-                    del consumer.leases[key]
-                    out.append(f"lease of {key} to {consumer.name} ran out")
-        return out
+    def _drop_leases(self, key: MessageKey) -> None:
+        for consumer in self.consumers.values():
+            consumer.leases.pop(key, None)  # removed elsewhere: the engine forgot the lease
 
     # -- checks ------------------------------------------------------------------------------
 
     def check_invariants(self) -> None:
-        self.machine.check_invariants()
-        for consumer in self.consumers:
+        self.dirty = False
+        self.replica.check_invariants()
+        for consumer in self.consumers.values():
             assert len(consumer.leases) <= consumer.backlog
 
-    def removed(self, key: MessageKey) -> bool:
-        return self.machine.state_of(key) is OwnershipState.REMOVED
+    def leases(self, now_ms: int) -> set[MessageKey]:
+        return {
+            key
+            for c in self.consumers.values()
+            for key, deadline in c.leases.items()
+            if deadline > now_ms
+        }
 
-    def view_of(self, key: MessageKey) -> tuple[bool, tuple[str, int] | None]:
-        """What must agree across instances after heal: removed, or (owner, epoch)."""
-        return self.removed(key), self.machine.owner_of(key)
+    def removed(self, key: MessageKey) -> bool:
+        return self.ownership.state_of(key) is OwnershipState.REMOVED
+
+    def view_of(self, key: MessageKey) -> tuple[bool, bool, tuple[str, int] | None]:
+        """What must agree across instances after heal: removed, held by the engine, and
+        (owner, epoch)."""
+        held = self.replica.engine.txid_of(key) is not None
+        return self.removed(key), held, self.ownership.owner_of(key)
+
+
+def _removal_record(key: MessageKey, removal: RecordRemoval) -> QueueRecord:
+    """The record an engine removal writes (by bookmark: the link would convert txids)."""
+    bookmarks = (Bookmark(*key),)
+    if removal.reason is RemovalReason.ACKED:
+        return QueueRecord(0, 0, QUEUE, QueueAction.ACK, bookmarks=bookmarks)
+    assert removal.reason is RemovalReason.EXPIRED, removal
+    reason = removal.expire_reasons.reason_text()
+    return QueueRecord(0, 0, QUEUE, QueueAction.EXPIRED, bookmarks=bookmarks, reason=reason)
+
+
+def _removal_of(record: QueueRecord) -> tuple[RemovalReason, ExpireReason]:
+    if record.action is QueueAction.ACK:
+        return RemovalReason.ACKED, ExpireReason.TIME_LIMIT
+    reasons = ExpireReason(0)
+    for word in record.reason.split(","):
+        reasons |= ExpireReason[word.upper()]
+    return RemovalReason.EXPIRED, reasons or ExpireReason.FORCED_EXPIRE

@@ -342,6 +342,28 @@ def test_queue_acks_replicate_by_bookmark_matched_by_queue_name_not_filter() -> 
     assert ack.deliveries == ()
 
 
+def test_removals_replicate_and_the_rest_of_a_queues_records_stays_local() -> None:
+    """R1, R2: an ack, an expire ack, the owner's expiry (once per cluster, by the owner) and
+    an at-most-once send leave the queue everywhere; deliveries, lease returns, cancels and
+    barrier releases (each instance its own, R6) stay local."""
+    from amps.log.bookmarks import Bookmark
+    from amps.log.records import QueueAction, QueueRecord
+
+    route = Route("a", destination("b"))
+    bookmarks = (Bookmark(7, 1),)
+    records = [
+        QueueRecord(3, 0, "work", a, bookmarks=bookmarks, origin_instance="a", origin_group="a")
+        for a in QueueAction
+    ]
+    wanted = {record.action for record in records if route.wants(record)}
+    assert wanted == {
+        QueueAction.ACK,
+        QueueAction.EXPIRE,
+        QueueAction.EXPIRED,
+        QueueAction.DELIVERED_AT_MOST_ONCE,
+    }
+
+
 def test_ownership_records_replicate_by_queue_name_never_back_and_by_pass_through() -> None:
     """R1, R5, R9: a grant or claim (TransferRecord) goes to a destination whose Topic names
     its queue (the Filter is for messages), never back to its origin, and onwards only where
