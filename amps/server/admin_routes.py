@@ -123,6 +123,7 @@ def ownership_json(o: OwnershipView | None, s: QueueStatistics) -> dict[str, Any
             "transfer_requests_unanswered": 0,
             "proxied_claims": 0,
             "transfer_latency_seconds": None,
+            "transfer_latency_seconds_by_owner": {},
         }
     return {
         "owned": o.owned,
@@ -134,6 +135,9 @@ def ownership_json(o: OwnershipView | None, s: QueueStatistics) -> dict[str, Any
         "transfer_requests_unanswered": o.requests_unanswered,
         "proxied_claims": o.proxied_claims,
         "transfer_latency_seconds": o.latency_estimate_ms / 1000.0,
+        "transfer_latency_seconds_by_owner": {
+            owner: ms / 1000.0 for owner, ms in sorted(o.latency_estimates_ms.items())
+        },
     }
 
 
