@@ -8,8 +8,10 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import orjson
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from amps.client import Client
 from amps.errors import ConnectionBroken
@@ -28,6 +30,14 @@ def closed_instance(tmp_path: Path) -> Iterator[InstanceProcess]:
         yield process
     finally:
         process.kill()
+
+
+async def client_health(instance: InstanceProcess, service: str = "amps.v1.Amps") -> int:
+    """The gRPC health status of the client service (or of the instance, service "")."""
+    async with grpc.aio.insecure_channel(instance.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        answer = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+    return int(answer.status)
 
 
 def transport_state(instance: InstanceProcess) -> dict[str, object]:
@@ -51,12 +61,16 @@ async def test_a_disabled_transport_refuses_logons_until_enabled_then_drops_its_
     assert "transport 'grpc' is disabled" in str(refused.value)
     assert "amps admin transport enable grpc" in str(refused.value)
     assert transport_state(inst)["refused_logons"] == 1
+    # Load balancers see the client service down and the instance alive (it replicates).
+    assert await client_health(inst) == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert await client_health(inst, "") == health_pb2.HealthCheckResponse.SERVING
 
     # When an administrator enables it, clients log on and take work.
     enabled = await asyncio.to_thread(
         amps_cli, "admin", "transport", "enable", "grpc", "--server", server
     )
     assert (enabled.returncode, enabled.stdout) == (0, "transport grpc enabled\n"), enabled.stderr
+    assert await client_health(inst) == health_pb2.HealthCheckResponse.SERVING
     async with Client("pub") as pub, Client("worker", reconnect=False) as worker:
         await pub.connect(inst.address)
         await pub.publish("orders", orjson.dumps({"id": 1}))
