@@ -122,6 +122,14 @@ def fetch_json(server: str, path: str, timeout_s: float, *, method: str = "GET")
         raise AdminError(EXIT_HTTP_ERROR, f"{path}: not JSON: {error}") from error
 
 
+def json_or_exit(server: str, path: str, timeout_s: float, *, method: str = "GET") -> Any:
+    """`fetch_json`, or the error printed and the command ended with its exit status."""
+    try:
+        return fetch_json(server, path, timeout_s, method=method)
+    except AdminError as error:
+        exit_on_error(error)
+
+
 def table(items: list[dict[str, Any]], columns: tuple[tuple[str, str, str], ...]) -> str:
     """A fixed-width table, one row per item: (heading, JSON key, format) per column."""
     rows = [[heading for heading, _, _ in columns]]
@@ -246,10 +254,7 @@ def queues(server: str, timeout_s: float, output: str) -> None:
     """Depth, backlog (leased), deliverable and oldest ages of every queue; for replicated
     queues, a second table: owned here and elsewhere, transfers, requests, proxied claims, the
     transfer-latency estimate and whether proxied transfer is on."""
-    try:
-        body = fetch_json(server, QUEUES_PATH, timeout_s)
-    except AdminError as error:
-        exit_on_error(error)
+    body = json_or_exit(server, QUEUES_PATH, timeout_s)
     items: list[dict[str, Any]] = body.get("queues", []) if isinstance(body, dict) else []
     if output == "json":
         click.echo(json.dumps(body, indent=2))
@@ -264,10 +269,7 @@ def queues(server: str, timeout_s: float, output: str) -> None:
 @timeout_option
 def status(server: str, timeout_s: float) -> None:
     """The instance status JSON (/amps/instance.json)."""
-    try:
-        body = fetch_json(server, STATUS_PATH, timeout_s)
-    except AdminError as error:
-        exit_on_error(error)
+    body = json_or_exit(server, STATUS_PATH, timeout_s)
     click.echo(json.dumps(body, indent=2))
 
 
@@ -318,10 +320,7 @@ def replication(
             raise click.UsageError(f"{action} needs the DESTINATION's Name")
         _sync_action(server, timeout_s, destination, action)
         return
-    try:
-        body = fetch_json(server, REPLICATION_PATH, timeout_s)
-    except AdminError as error:
-        exit_on_error(error)
+    body = json_or_exit(server, REPLICATION_PATH, timeout_s)
     if output == "json":
         click.echo(json.dumps(body, indent=2))
         return
@@ -358,10 +357,7 @@ def _sync_action(server: str, timeout_s: float, destination: str, verb: str) -> 
 @output_option("(segments, holds, lifecycle counters)")
 def journals(server: str, timeout_s: float, output: str) -> None:
     """Journal segments (oldest first) and what holds them back from removal."""
-    try:
-        body = fetch_json(server, JOURNALS_PATH, timeout_s)
-    except AdminError as error:
-        exit_on_error(error)
+    body = json_or_exit(server, JOURNALS_PATH, timeout_s)
     if output == "json":
         click.echo(json.dumps(body, indent=2))
         return
@@ -394,10 +390,7 @@ def journal(action: str, journal_id: str, server: str, timeout_s: float, age: st
     """Remove, archive or compress journal JOURNAL_ID (a segment's first txid, or `all`) and
     every older one. Removal keeps what a queue or a destination still needs."""
     path = f"{JOURNAL_ACTIONS_PATH}/{journal_id}/{action}?age={urllib.parse.quote(age)}"
-    try:
-        body = fetch_json(server, path, timeout_s, method="POST")
-    except AdminError as error:
-        exit_on_error(error)
+    body = json_or_exit(server, path, timeout_s, method="POST")
     done = {"remove": "removed", "archive": "archived", "compress": "compressed"}[action]
     segments = body.get("segments", [])
     click.echo(f"{done} {len(segments)} segment(s), {body.get('bytes', 0)} bytes")

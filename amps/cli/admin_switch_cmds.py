@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from typing import Any
 
 import click
 
 from amps.cli.admin_cmds import (
-    AdminError,
-    exit_on_error,
-    fetch_json,
+    json_or_exit,
     output_option,
     server_option,
     table,
@@ -56,13 +53,6 @@ def _confirm(warning: str, question: str, assume_yes: bool) -> None:
     click.confirm(question, default=False, abort=True, err=True)
 
 
-def _post(server: str, path: str, timeout_s: float) -> Any:
-    try:
-        return fetch_json(server, path, timeout_s, method="POST")
-    except AdminError as error:
-        exit_on_error(error)
-
-
 @click.group("queue")
 def queue() -> None:
     """Administrator actions on one queue of this instance."""
@@ -85,7 +75,8 @@ def proxied_transfer(
         warning = DISABLE_PROXIED_WARNING.format(server=server)
     _confirm(warning, f"{action.capitalize()} proxied transfer for {queue_name}?", assume_yes)
     quoted = urllib.parse.quote(queue_name, safe="")
-    body = _post(server, f"{QUEUE_ACTIONS_PATH}/{quoted}/{action}_proxied_transfer", timeout_s)
+    path = f"{QUEUE_ACTIONS_PATH}/{quoted}/{action}_proxied_transfer"
+    body = json_or_exit(server, path, timeout_s, method="POST")
     state = "enabled" if body.get("proxied_transfer") else "disabled"
     note = "" if body.get("changed") else " (it already was)"
     click.echo(f"proxied transfer {state} for queue {body.get('queue', queue_name)}{note}")
@@ -108,10 +99,7 @@ TRANSPORT_COLUMNS: tuple[tuple[str, str, str], ...] = (
 @output_option("of every transport")
 def transports(server: str, timeout_s: float, output: str) -> None:
     """Every transport: type, port, enabled or disabled, logons refused while disabled."""
-    try:
-        body = fetch_json(server, TRANSPORTS_PATH, timeout_s)
-    except AdminError as error:
-        exit_on_error(error)
+    body = json_or_exit(server, TRANSPORTS_PATH, timeout_s)
     if output == "json":
         click.echo(json.dumps(body, indent=2))
         return
@@ -131,6 +119,7 @@ def transport(action: str, name: str, server: str, timeout_s: float, assume_yes:
         warning = DISABLE_TRANSPORT_WARNING.format(server=server, name=name)
         _confirm(warning, f"Disable transport {name}?", assume_yes)
     quoted = urllib.parse.quote(name, safe="")
-    body = _post(server, f"{TRANSPORT_ACTIONS_PATH}/{quoted}/{action}", timeout_s)
+    path = f"{TRANSPORT_ACTIONS_PATH}/{quoted}/{action}"
+    body = json_or_exit(server, path, timeout_s, method="POST")
     note = "" if body.get("changed") else " (it already was)"
     click.echo(f"transport {body.get('transport', name)} {body.get('state', action)}{note}")
