@@ -60,8 +60,8 @@ def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
         return pb.LinkFrame(
             transfer_request=pb.TransferRequest(
                 queue=frame.queue,
-                publisher_id=frame.publisher_id,
-                seq=frame.seq,
+                publisher_ids=[p for p, _ in frame.keys],
+                seqs=[s for _, s in frame.keys],
                 requester=frame.requester,
                 owner=frame.owner,
                 hops_left=frame.hops_left,
@@ -151,10 +151,12 @@ def from_pb(message: pb.LinkFrame) -> Frame:
         request = message.transfer_request
         if not request.queue or not request.requester or not request.owner:
             raise BadFrame("a transfer request without queue, requester or owner")
+        publisher_ids, seqs = list(request.publisher_ids), list(request.seqs)
+        if len(publisher_ids) != len(seqs):
+            raise BadFrame("a transfer request whose bookmarks do not pair up")
         return TransferRequest(
             request.queue,
-            request.publisher_id,
-            request.seq,
+            tuple(zip(publisher_ids, seqs, strict=True)),
             request.requester,
             request.owner,
             request.hops_left,

@@ -121,13 +121,13 @@ class Refusal:
 
 @dataclass(frozen=True, slots=True)
 class TransferRequest:
-    """R4: `requester` asks `owner` for message (`publisher_id`, `seq`) of `queue`. Never
-    logged: a lost request is a refusal, and the requester asks again. An instance that is not
-    the owner forwards it towards the owner (passthrough) while `hops_left` > 0."""
+    """R4: `requester` asks `owner` for messages of `queue`, named by bookmark (`keys`: one
+    step's requests in one frame). Never logged: a lost request is a refusal, and the requester
+    asks again. An instance that is not the owner forwards it towards the owner (passthrough)
+    while `hops_left` > 0."""
 
     queue: str
-    publisher_id: int
-    seq: int
+    keys: tuple[tuple[int, int], ...]
     requester: str
     owner: str
     hops_left: int

@@ -43,6 +43,7 @@ class TransferLatency:
         self._arrived_ms: OrderedDict[Hashable, int] = OrderedDict()
         self._samples: deque[int] = deque(maxlen=options.window)
         self._estimate_ms = options.default_ms
+        self._stale = False
         self.samples_total = 0
 
     def arrived(self, key: Hashable, now_ms: int) -> None:
@@ -58,10 +59,7 @@ class TransferLatency:
             return
         self._samples.append(max(0, now_ms - arrived_ms))
         self.samples_total += 1
-        if len(self._samples) >= self.options.min_samples:
-            ordered = sorted(self._samples)
-            median = ordered[len(ordered) // 2]
-            self._estimate_ms = min(self.options.max_ms, max(self.options.min_ms, median))
+        self._stale = True  # the median is taken when it is read (acks outnumber reads)
 
     def forget(self, key: Hashable) -> None:
         """The message left without an ack here (expired, or owned here): no sample."""
@@ -69,11 +67,17 @@ class TransferLatency:
 
     def estimate_ms(self) -> int:
         """How long a message waits before a transfer may be requested (R4)."""
+        if self._stale:
+            self._stale = False
+            if len(self._samples) >= self.options.min_samples:
+                ordered = sorted(self._samples)
+                median = ordered[len(ordered) // 2]
+                self._estimate_ms = min(self.options.max_ms, max(self.options.min_ms, median))
         return self._estimate_ms
 
     def waited_long_enough(self, arrived_ms: int, now_ms: int) -> bool:
         """R4's time condition for a message that arrived here at `arrived_ms`."""
-        return now_ms - arrived_ms > self._estimate_ms
+        return now_ms - arrived_ms > self.estimate_ms()
 
     def tracked(self) -> int:
         return len(self._arrived_ms)

@@ -15,7 +15,8 @@ import functools
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -303,10 +304,12 @@ class Replicator:
         candidates = set(instances) | set(self.cores)
         return self.reachability.unreachable(candidates, now_ms, interval_ms)
 
-    def send_transfer_request(self, queue: str, key: tuple[int, int], owner: str) -> None:
-        """R4: ask `owner` for a queued message; lost when no link leads there (a refusal)."""
-        publisher_id, seq = key
-        request = TransferRequest(queue, publisher_id, seq, self.local, owner, MAX_REQUEST_HOPS)
+    def send_transfer_request(
+        self, queue: str, keys: Sequence[tuple[int, int]], owner: str
+    ) -> None:
+        """R4: ask `owner` for queued messages, in one frame; lost when no link leads there
+        (a refusal)."""
+        request = TransferRequest(queue, tuple(keys), self.local, owner, MAX_REQUEST_HOPS)
         self._route_request(request, "")
 
     def _route_request(self, request: TransferRequest, came_from: str) -> None:
@@ -318,10 +321,7 @@ class Replicator:
         elif request.hops_left > 0:
             skip = (came_from, request.requester)
             targets = [s for peer, s in self._sessions.items() if peer not in skip]
-            request = TransferRequest(
-                request.queue, request.publisher_id, request.seq, request.requester,
-                request.owner, request.hops_left - 1,
-            )  # fmt: skip
+            request = replace(request, hops_left=request.hops_left - 1)
         else:
             return
         now_ms = self.instance.now_ms()

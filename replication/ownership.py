@@ -131,6 +131,7 @@ Event = (
 # -- the transition table ---------------------------------------------------------------
 
 S = OwnershipState
+_OWNED = (S.OWNED_HERE, S.CLAIMED_BY_PROXY)
 _LIVE = (S.OWNED_HERE, S.OWNED_ELSEWHERE, S.REQUESTED, S.GRANTED, S.CLAIMED_BY_PROXY)
 _RECORD_TARGETS = frozenset({S.OWNED_HERE, S.CLAIMED_BY_PROXY, S.GRANTED, S.OWNED_ELSEWHERE})
 
@@ -331,6 +332,32 @@ class Ownership:
             assert after in TRANSITIONS[(state, type(event))], (state, event, after)
         return actions
 
+    def enter(self, key: MessageKey, owner: str) -> None:
+        """`handle(MessageEntered(key, owner))` for a message unknown here or removed (the
+        hot path: every message; those are the only legal states, so no table look-up)."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            raise OwnershipProtocolError(
+                f"MessageEntered for message {key} in state {entry.state.value} on {self.here}"
+            )
+        self._on_entered(MessageEntered(key, owner))
+
+    def remove(self, key: MessageKey) -> None:
+        """`handle(Removed(key))` (the hot path: every ack; legal in every state)."""
+        early = self._early
+        if early:
+            early.pop(key, None)
+        entry = self._entries.pop(key, None)
+        if entry is not None and entry.state in _OWNED:
+            self._owned -= 1
+        removed = self._removed
+        if key in removed:
+            removed.move_to_end(key)
+            return
+        removed[key] = None
+        if len(removed) > self._max_removed:
+            removed.popitem(last=False)
+
     def next_deadline_ms(self) -> int | None:
         """When the earliest outstanding request goes unanswered, or None."""
         while self._deadlines:
@@ -467,14 +494,7 @@ class Ownership:
         self._requests_unanswered += 1
 
     def _on_removed(self, event: Removed) -> None:
-        self._early.pop(event.key, None)
-        entry = self._entries.pop(event.key, None)
-        if entry is not None and entry.state in (S.OWNED_HERE, S.CLAIMED_BY_PROXY):
-            self._owned -= 1
-        self._removed[event.key] = None
-        self._removed.move_to_end(event.key)
-        if len(self._removed) > self._max_removed:
-            self._removed.popitem(last=False)
+        self.remove(event.key)
 
     # -- shared transitions ----------------------------------------------------------------
 

@@ -62,14 +62,12 @@ from replication.latency import LatencyOptions, TransferLatencies
 from replication.ownership import Action as OwnershipAction
 from replication.ownership import (
     AppendOwnership,
-    MessageEntered,
     MessageKey,
     Offer,
     Ownership,
     OwnershipRecord,
     OwnershipRecorded,
     OwnershipState,
-    Removed,
     SendOwnership,
     SendTransferRequest,
     TakerWaiting,
@@ -226,7 +224,7 @@ class QueueReplica:
                 continue  # entered already (a re-offer): the engine ignores it too
             owner = self.here if message.is_barrier else self.owner_of_new(origin)
             if not message.is_barrier:
-                ownership.handle(MessageEntered(key, owner), now_ms)
+                ownership.enter(key, owner)
             elsewhere = not message.is_barrier and not ownership.owned_here(key)
             if elsewhere != message.elsewhere:
                 message = MessagePublished(
@@ -391,7 +389,7 @@ class QueueReplica:
             txid = engine.txid_of(key)
             if txid is not None:
                 self._key_of.pop(txid, None)
-            self.ownership.handle(Removed(key), now_ms)
+            self.ownership.remove(key)
 
     def _engine_actions(
         self, actions: list[EngineAction], now_ms: int, out: list[ReplicaAction]
@@ -403,7 +401,7 @@ class QueueReplica:
                     key = self._key_of.pop(action.txid, None)
                     if key is not None:
                         self._forget(key)
-                        self.ownership.handle(Removed(key), now_ms)
+                        self.ownership.remove(key)
         out.extend(actions)
 
     def _ownership_actions(

@@ -5,7 +5,7 @@ in one direction (instance -> queue manager -> queues -> session -> outbox), nev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,8 +61,10 @@ class ReplicationHooks(Protocol):
 
     def sync_acked_txids(self) -> Iterator[int]: ...
 
-    def send_transfer_request(self, queue: str, key: tuple[int, int], owner: str) -> None:
-        """R4: ask `owner` for a queued message (lost when no link leads there)."""
+    def send_transfer_request(
+        self, queue: str, keys: Sequence[tuple[int, int]], owner: str
+    ) -> None:
+        """R4: ask `owner` for queued messages (lost when no link leads there)."""
 
     def unreachable(
         self, instances: Iterable[str], now_ms: int, interval_ms: int

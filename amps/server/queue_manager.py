@@ -53,6 +53,8 @@ class QueueManager:
         # order, so an older one is a copy that came by another path: not logged or forwarded
         # again (no loop, nothing applied twice).
         self._record_marks: dict[tuple[str, str], int] = {}
+        # Peers' records logged here, applied once durable (their log txid set), in order.
+        self._to_apply: list[tuple[QueueDriver, QueueRecord | TransferRecord]] = []
 
     def __contains__(self, name: str) -> bool:
         return name in self.drivers
@@ -168,16 +170,25 @@ class QueueManager:
             return
         instance = self.instance
         instance.append_record(replace(record, txid=0), soon=True)
-        logged_txid = instance.journal.last_txid
-        if isinstance(record, TransferRecord):
-            instance.when_durable(
-                lambda: driver.on_transfer(record, instance.now_ms(), recovering=False)
-            )
-        else:
-            logged = replace(record, txid=logged_txid)
-            instance.when_durable(
-                lambda: driver.apply_peer_removal(logged, instance.now_ms(), recovering=False)
-            )
+        if not self._to_apply:
+            instance.when_durable(self._apply_durable)
+        self._to_apply.append((driver, replace(record, txid=instance.journal.last_txid)))
+
+    def _apply_durable(self) -> None:
+        """Apply the peers' records that are durable here now, one step per queue and run."""
+        durable = self.instance.dispatched_txid
+        pending = self._to_apply
+        split = 0
+        while split < len(pending) and pending[split][1].txid <= durable:
+            split += 1
+        ready, self._to_apply = pending[:split], pending[split:]
+        if self._to_apply:
+            self.instance.when_durable(self._apply_durable)
+        start = 0
+        for end in range(1, len(ready) + 1):
+            if end == len(ready) or ready[end][0] is not ready[start][0]:
+                ready[start][0].apply_replicated([record for _, record in ready[start:end]])
+                start = end
 
     def _is_news(self, record: QueueRecord | TransferRecord) -> bool:
         mark = (record.origin_instance, record.queue)
@@ -192,7 +203,7 @@ class QueueManager:
         driver = self.drivers.get(request.queue)
         if driver is None or (proxy and not driver.proxied_transfer):
             return
-        driver.transfer_requested(request.publisher_id, request.seq, request.requester)
+        driver.transfer_requested(request.keys, request.requester)
 
     def sow(self, session: Session, command: pb.Command) -> None:
         """Q19: the queue's deliverable messages, read-only."""

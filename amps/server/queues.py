@@ -431,24 +431,41 @@ class QueueDriver:
         self.run(actions, now_ms, recovering=True)
 
     def on_transfer(self, record: TransferRecord, now_ms: int, *, recovering: bool) -> None:
-        """A grant or claim (R5, R7): replicated from a peer once durable here, or replayed
-        from the log at recovery (this instance's own and those of others)."""
+        """A grant or claim (R5, R7) replayed from the log at recovery (this instance's own
+        and those of others)."""
+        self.run(self._transfer_actions(record, now_ms), now_ms, recovering=recovering)
+
+    def apply_replicated(self, records: Sequence[QueueRecord | TransferRecord]) -> None:
+        """Peers' removals and ownership records, logged here and durable now, in one step."""
+        now_ms = self.instance.now_ms()
+        actions: list[ReplicaAction] = []
+        for record in records:
+            if isinstance(record, TransferRecord):
+                actions += self._transfer_actions(record, now_ms)
+            else:
+                actions += self._removal_actions(record, now_ms)
+        self.run(actions, now_ms)
+
+    def _transfer_actions(self, record: TransferRecord, now_ms: int) -> Sequence[ReplicaAction]:
         if self.replica is None:
-            return
+            return []
         try:
             ownership = from_log(record)
         except errors.OwnershipProtocolError as exc:
             log.error("queue %s: %s; ignored", self.name, exc.message)
-            return
-        self.run(self.replica.ownership_recorded(ownership, now_ms), now_ms, recovering=recovering)
+            return []
+        return self.replica.ownership_recorded(ownership, now_ms)
 
     def apply_peer_removal(self, record: QueueRecord, now_ms: int, *, recovering: bool) -> None:
         """R1, R2: a peer's removal (an ack anywhere, the owner's expiry, an at-most-once
         send), by bookmark: applied silently (the owner wrote the dead letter once); an ack for
         a message not here yet waits in the deferred acks (DeferredAckExpiration)."""
+        self.run(self._removal_actions(record, now_ms), now_ms, recovering=recovering)
+
+    def _removal_actions(self, record: QueueRecord, now_ms: int) -> Sequence[ReplicaAction]:
         reason = RECORD_REMOVAL.get(record.action)
         if reason is None or not record.bookmarks:
-            return
+            return []
         expire = ExpireReason.TIME_LIMIT
         if record.action == QueueAction.EXPIRE:
             expire = ExpireReason.FORCED_EXPIRE
@@ -459,21 +476,23 @@ class QueueDriver:
         else:
             events = [MessageRemoved(reason, bookmark=p, expire_reasons=expire) for p in pairs]
             actions = self.engine.handle_many(events, now_ms)
-        self.run(actions, now_ms, recovering=recovering)
         is_deferred = self.engine.is_deferred
         for pair in pairs:
             if is_deferred(pair):
                 self._deferred_logged.setdefault(pair, record.txid)
+        return actions
 
-    def transfer_requested(self, publisher_id: int, seq: int, requester: str) -> None:
-        """R5: a peer asks for a message (granted only for the first request while this
+    def transfer_requested(self, keys: Sequence[tuple[int, int]], requester: str) -> None:
+        """R5: a peer asks for messages (each granted only for the first request while this
         instance owns it, or proxies for its unreachable owner, and no local subscriber can
-        take it; otherwise silence)."""
+        take it; otherwise silence), in one step."""
         if self.replica is None:
             return
         now_ms = self.instance.now_ms()
         self._check_reachability(now_ms)
-        actions = self.replica.transfer_requested((publisher_id, seq), requester, now_ms)
+        actions: list[ReplicaAction] = []
+        for key in keys:
+            actions += self.replica.transfer_requested(key, requester, now_ms)
         self.run(actions, now_ms)
 
     def subscribe(
@@ -625,6 +644,7 @@ class QueueDriver:
         removed = 0
         now_deliver: list[Deliver | DeliverBarrier] = []
         held: list[Deliver | DeliverBarrier] = []
+        requests: dict[str, list[tuple[int, int]]] = {}  # owner -> keys asked for (R4)
         # the txids of `key` (one list per key in `removals`), their delivery times and counts
         txids: list[int] = []
         delivered: list[int] = []
@@ -682,13 +702,17 @@ class QueueDriver:
                     )
                     appended = True
             elif isinstance(action, SendTransferRequest):
-                replicator = self.instance.replicator
-                if not recovering and replicator is not None:
-                    replicator.send_transfer_request(self.name, action.key, action.owner)
+                if not recovering:  # one frame per owner for the step's requests
+                    requests.setdefault(action.owner, []).append(action.key)
             elif isinstance(action, SendOwnership):
                 pass  # the link sends the logged record (see AppendOwnership)
         if removals:
             self._append_removals(removals)
+        if requests:
+            replicator = self.instance.replicator
+            for owner, keys in requests.items():
+                if replicator is not None:
+                    replicator.send_transfer_request(self.name, keys, owner)
         if now_deliver:
             self._deliver_many(now_deliver, now_ms)
         if held:

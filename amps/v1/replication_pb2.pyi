@@ -338,38 +338,40 @@ Global___LinkAck: _TypeAlias = LinkAck  # noqa: Y015
 
 @_typing.final
 class TransferRequest(_message.Message):
-    """R4: `requester` asks `owner` for one queued message (named by its bookmark). Never logged
-    (a lost request is a refusal); an instance that is not the owner forwards it towards the
-    owner while hops_left > 0.
+    """R4: `requester` asks `owner` for queued messages, named by bookmark (publisher_ids[i],
+    seqs[i]). Never logged (a lost request is a refusal); an instance that is not the owner
+    forwards it towards the owner while hops_left > 0.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     QUEUE_FIELD_NUMBER: _builtins.int
-    PUBLISHER_ID_FIELD_NUMBER: _builtins.int
-    SEQ_FIELD_NUMBER: _builtins.int
+    PUBLISHER_IDS_FIELD_NUMBER: _builtins.int
+    SEQS_FIELD_NUMBER: _builtins.int
     REQUESTER_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
     HOPS_LEFT_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
-    publisher_id: _builtins.int
-    seq: _builtins.int
     requester: _builtins.str
     owner: _builtins.str
     hops_left: _builtins.int
+    @_builtins.property
+    def publisher_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def seqs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
         queue: _builtins.str = ...,
-        publisher_id: _builtins.int = ...,
-        seq: _builtins.int = ...,
+        publisher_ids: _abc.Iterable[_builtins.int] | None = ...,
+        seqs: _abc.Iterable[_builtins.int] | None = ...,
         requester: _builtins.str = ...,
         owner: _builtins.str = ...,
         hops_left: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hops_left", b"hops_left", "owner", b"owner", "publisher_id", b"publisher_id", "queue", b"queue", "requester", b"requester", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hops_left", b"hops_left", "owner", b"owner", "publisher_ids", b"publisher_ids", "queue", b"queue", "requester", b"requester", "seqs", b"seqs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

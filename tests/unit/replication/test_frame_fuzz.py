@@ -22,6 +22,7 @@ from replication.frames import (
     QueueDigest,
     Refusal,
     TopicDigest,
+    TransferRequest,
 )
 from tests.harness.bounds import peak_memory_below
 
@@ -83,6 +84,14 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
         Heartbeat, st.lists(st.tuples(TEXT, st.integers(0, 2**32 - 1)), max_size=3).map(tuple)
     ),
     st.builds(Refusal, TEXT, TEXT),
+    st.builds(
+        TransferRequest,
+        st.text(min_size=1, max_size=12),
+        st.lists(st.tuples(U64, U64), max_size=4).map(tuple),
+        st.text(min_size=1, max_size=12),
+        st.text(min_size=1, max_size=12),
+        st.integers(0, 2**32 - 1),
+    ),
 )
 
 
