@@ -145,8 +145,9 @@ class QueueReplica:
         assert self.ownership.here == here
         self.latencies = TransferLatencies(options.latency)
         self._key_of: dict[int, MessageKey] = {}  # txid -> bookmark, messages in ownership
-        # Messages owned elsewhere here, in arrival order: key -> (txid, arrived_ms).
-        self._waiting: dict[MessageKey, tuple[int, int]] = {}
+        # Messages owned elsewhere here, in arrival order: key -> (txid, arrived_ms, the owner
+        # whose latency estimator tracks its arrival, "" for none).
+        self._waiting: dict[MessageKey, tuple[int, int, str]] = {}
         self._asked: set[MessageKey] = set()  # requests sent and not answered yet
         self._scan_deadline_ms: int | None = None
 
@@ -236,7 +237,7 @@ class QueueReplica:
             if elsewhere and ownership.state_of(key) is not OwnershipState.REMOVED:
                 current = ownership.owner_of(key)
                 assert current is not None
-                self._waiting[key] = (message.txid, now_ms)
+                self._waiting[key] = (message.txid, now_ms, current[0])
                 self.latencies.of(current[0]).arrived(key, now_ms)
         out: list[ReplicaAction] = []
         self._engine_actions(self.engine.handle_many(entering, now_ms), now_ms, out)
@@ -358,7 +359,7 @@ class QueueReplica:
         if not self.tracks_ownership:
             return
         self.ownership.check_invariants()
-        for key, (txid, _) in self._waiting.items():
+        for key, (txid, _, _) in self._waiting.items():
             assert self.engine.txid_of(key) == txid, (key, txid)
             assert not self.ownership.owned_here(key), key
         for txid, key in self._key_of.items():
@@ -378,14 +379,12 @@ class QueueReplica:
         for key in keys:
             self._asked.discard(key)
             waited = self._waiting.pop(key, None)
-            if waited is not None:
-                owner = self.ownership.owner_of(key)
-                if owner is not None:
-                    latency = self.latencies.of(owner[0])
-                    if sample:
-                        latency.acked(key, now_ms)
-                    else:
-                        latency.forget(key)
+            if waited is not None and waited[2]:
+                latency = self.latencies.of(waited[2])
+                if sample:
+                    latency.acked(key, now_ms)
+                else:
+                    latency.forget(key)
             txid = engine.txid_of(key)
             if txid is not None:
                 self._key_of.pop(txid, None)
@@ -418,7 +417,7 @@ class QueueReplica:
                 self._engine_actions(self.engine.handle(moved, now_ms), now_ms, out)
                 txid = self.engine.txid_of(action.key)
                 if txid is not None:
-                    self._waiting[action.key] = (txid, now_ms)
+                    self._waiting[action.key] = (txid, now_ms, "")
             else:
                 out.append(action)
                 if isinstance(action, (AppendOwnership, SendOwnership)):
@@ -431,14 +430,13 @@ class QueueReplica:
             return
         txid = self.engine.txid_of(key)
         if txid is not None and key not in self._waiting:
-            self._waiting[key] = (txid, now_ms)
+            self._waiting[key] = (txid, now_ms, "")
 
     def _forget(self, key: MessageKey) -> None:
         self._asked.discard(key)
-        if self._waiting.pop(key, None) is not None:
-            owner = self.ownership.owner_of(key)
-            if owner is not None:
-                self.latencies.of(owner[0]).forget(key)
+        waited = self._waiting.pop(key, None)
+        if waited is not None and waited[2]:
+            self.latencies.of(waited[2]).forget(key)
 
     def _requeue_refused(self) -> None:
         """A request that went unanswered was refused (silence): its message goes to the
@@ -469,7 +467,7 @@ class QueueReplica:
         if room <= 0:
             return  # a step that frees backlog (or a refusal) runs this again
         wanted: list[MessageKey] = []
-        for key, (txid, arrived_ms) in islice(self._waiting.items(), self.options.max_scan):
+        for key, (txid, arrived_ms, _) in islice(self._waiting.items(), self.options.max_scan):
             if key in self._asked:
                 continue
             owner = ownership.owner_of(key)

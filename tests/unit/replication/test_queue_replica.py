@@ -249,3 +249,25 @@ def test_never_leased_twice_and_everything_drains(steps: list[tuple[str, str]]) 
     ]
     assert not left
     cluster.check()
+
+
+def test_the_latency_estimate_learns_from_peers_acks_of_waiting_messages() -> None:
+    """R4: the time from a replicated message arriving to its replicated ack arriving, per
+    owner; a message that moved here leaves no sample and opens no estimator of its own."""
+    cluster = ReplicaCluster()
+    cluster.subscribe("a")
+    keys = [cluster.publish("a") for _ in range(4)]
+    cluster.flush()
+    cluster.now_ms += 30
+    for key in keys:
+        cluster.ack("a", key)
+    cluster.flush()
+    stats = cluster.nodes["b"].replica.statistics()
+    assert stats.latency_estimates_ms == {"a": 30}
+    moved = cluster.publish("b")
+    cluster.flush()
+    cluster.tick(200)
+    cluster.flush()
+    assert cluster.holders(moved) == ["a"]  # by transfer
+    assert "a" not in cluster.nodes["a"].replica.latencies.estimates_ms()
+    cluster.check()
