@@ -173,11 +173,7 @@ class QueueReplica:
 
     def statistics(self) -> ReplicaStatistics:
         counts = self.ownership.statistics()
-        # Forgetting a message that moved here looks its owner up after the move, which opens
-        # an estimator for this instance: never an owner to wait for, so never reported.
-        estimates = {
-            owner: ms for owner, ms in self.latencies.estimates_ms().items() if owner != self.here
-        }
+        estimates = self.latencies.estimates_ms()
         return ReplicaStatistics(
             owned=counts.owned,
             owned_elsewhere=self.engine.owned_elsewhere_count(),
