@@ -29,6 +29,7 @@ from amps.security.peers import PeerAllowList
 from amps.security.reload import ReloadableChannelTls, ReloadableServerTls
 from amps.v1 import replication_pb2 as pb
 from amps.v1 import replication_pb2_grpc as pb_grpc
+from replication.admission import Admission
 from replication.convert import BadFrame, from_pb, to_pb
 from replication.downgrade import sync_decisions
 from replication.frames import Hello, OriginPosition, Refusal, TransferRequest
@@ -154,8 +155,13 @@ class Replicator:
         self.instance = instance
         self.local = config.name
         self._tls: list[ReloadableServerTls | ReloadableChannelTls] = []
-        # Who may link here (None: plaintext replication without an explicit list).
-        self._allowed_peers = PeerAllowList.from_config(config)
+        # Who may link here: checked on each incoming stream before its link core sees it.
+        secure = config.replication_transport is not None and (
+            config.replication_transport.type == "amps-replication-secure"
+        )
+        self.admission = Admission(
+            config.name, secure=secure, allowed=PeerAllowList.from_config(config)
+        )
         self._positions_path = directory / POSITIONS_FILE
         self.book = PositionBook(_load_positions(self._positions_path))
         self._log = _CachedLog(instance)
@@ -375,6 +381,18 @@ class Replicator:
                     "refused": self._refused(stats.peer),
                 }
             )
+        # Streams refused before a link core existed for their peer (identity, unknown_peer).
+        incoming.extend(
+            {
+                "peer": peer,
+                "connected": False,
+                "batches_received": 0,
+                "messages_received": 0,
+                "refused": self._refused(peer),
+            }
+            for peer in self.admission.refused
+            if peer not in self.cores
+        )
         return {
             "instance": self.local,
             "group": self.config.group,
@@ -396,9 +414,15 @@ class Replicator:
         }
 
     def _refused(self, peer: str) -> dict[str, str] | None:
-        """Why the last attempt at this link was refused (either way), until it is next up;
-        None for the normal duplicate_link (both sides dialled)."""
-        refusal = self.cores[peer].refusal
+        """Why the last attempt at this link was refused (either way, by its core or, for an
+        incoming stream, by admission), until it is next up; None for the normal duplicate_link
+        (both sides dialled)."""
+        core = self.cores.get(peer)
+        if core is not None and core.state is LinkState.READY:
+            return None
+        refusal = core.refusal if core is not None else None
+        if refusal is None or refusal[0] == "duplicate_link":
+            refusal = self.admission.refused.get(peer)
         if refusal is None or refusal[0] == "duplicate_link":
             return None
         return {"code": refusal[0], "message": refusal[1]}
@@ -484,16 +508,13 @@ class Replicator:
             return
         if not isinstance(hello, Hello):
             return
-        refusal = self._identity_refusal(stream, hello)
-        if refusal is not None:
-            log.warning("replication: refused a link: %s", refusal)
-            await stream.write(to_pb(Refusal("identity", refusal)))
-            return
-        allowed = self._allowed_peers
-        unknown = allowed.refusal(self.local, hello.instance, hello.group) if allowed else None
-        if unknown is not None:
-            log.warning("replication: refused a link: %s", unknown)
-            await stream.write(to_pb(Refusal("unknown_peer", unknown)))
+        refusal = self.admission.check(hello, stream.peer_names())
+        if refusal:
+            for action in refusal:
+                if isinstance(action, Send):
+                    await stream.write(to_pb(action.frame))
+                elif isinstance(action, Close):
+                    _log_close(hello.instance, action)
             return
         core = self._core(hello.instance)
         existing = self._sessions.get(hello.instance)
@@ -506,21 +527,6 @@ class Replicator:
             existing.outgoing.put_nowait(None)
             await existing.finished.wait()
         await self._run(core, stream, dialled=False, first=hello)
-
-    def _identity_refusal(self, stream: _Stream, hello: Hello) -> str | None:
-        """On amps-replication-secure, the peer's certificate must name the instance its Hello
-        claims to be (CN or a DNS subject alternative name); None when it does."""
-        transport = self.config.replication_transport
-        if transport is None or transport.type != "amps-replication-secure":
-            return None
-        names = stream.peer_names()
-        if hello.instance in names:
-            return None
-        shown = ", ".join(sorted(names)) or "no name"
-        return (
-            f"{self.local} and {hello.instance}: the peer's certificate names {shown}, "
-            f"not {hello.instance!r}"
-        )
 
     async def _run(
         self, core: LinkCore, stream: _Stream, *, dialled: bool, first: Hello | None = None
@@ -619,19 +625,7 @@ class Replicator:
             elif isinstance(action, RequestArrived):
                 self._request_arrived(action.request, session.core.peer)
             elif isinstance(action, Close):
-                if action.refused:
-                    # Both sides dialling is normal: one of the two streams is refused.
-                    level = logging.INFO if action.code == "duplicate_link" else logging.ERROR
-                    log.log(
-                        level,
-                        "replication link to %s refused: %s",
-                        session.core.peer,
-                        action.reason,
-                    )
-                else:
-                    log.warning(
-                        "replication link to %s closed: %s", session.core.peer, action.reason
-                    )
+                _log_close(session.core.peer, action)
                 session.outgoing.put_nowait(None)
 
     def _durable(self, session: _Session, through_txid: int) -> None:
@@ -699,6 +693,16 @@ class Replicator:
             os.replace(temporary, self._positions_path)
         except OSError as exc:
             log.warning("cannot save replication positions: %s", exc)
+
+
+def _log_close(peer: str, close: Close) -> None:
+    """One line per closed link; a refusal is an ERROR (an operator must act) except the normal
+    duplicate_link (both sides dialled)."""
+    if not close.refused:
+        log.warning("replication link to %s closed: %s", peer, close.reason)
+        return
+    level = logging.INFO if close.code == "duplicate_link" else logging.ERROR
+    log.log(level, "replication link to %s refused: %s", peer, close.reason)
 
 
 def refused_reconnect_s(delay_s: float, refused: int) -> float:

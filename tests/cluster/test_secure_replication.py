@@ -12,6 +12,7 @@ import pytest
 from amps.client import Client
 from tests.cluster.checker import assert_clean, check
 from tests.cluster.test_replication import publish, read_all
+from tests.cluster.test_sync import replication_status
 from tests.cluster.test_topologies import wait_for_output
 from tests.harness.cluster import Link, cluster_configs, free_ports
 from tests.harness.instance import InstanceProcess
@@ -46,6 +47,14 @@ def started() -> Iterator[list[InstanceProcess]]:
     finally:
         for process in processes:
             process.kill()
+
+
+def refused_links(process: InstanceProcess) -> dict[str, object]:
+    """The refusal the admin view shows per incoming link of `process`."""
+    assert process.admin_port
+    links = replication_status(process.admin_port)["links"]
+    assert isinstance(links, list)
+    return {link["peer"]: link["refused"] for link in links if link["refused"]}
 
 
 def start_pair(
@@ -83,8 +92,11 @@ async def test_a_peer_presenting_a_certificate_for_another_name_is_refused(
 ) -> None:
     """a says it is a but holds x's certificate (signed by the same CA): b refuses the link."""
     pair = start_pair(tmp_path, certs, {"a": "x", "b": "b"}, started)
-    line = await asyncio.to_thread(wait_for_output, pair["b"], "refused a link")
-    assert "certificate names 127.0.0.1, localhost, x, not 'a'" in line
+    line = await asyncio.to_thread(wait_for_output, pair["b"], "link to a refused")
+    message = "b and a: the peer's certificate names 127.0.0.1, localhost, x, not 'a'"
+    assert message in line
+    assert "ERROR" in line
+    assert refused_links(pair["b"]) == {"a": {"code": "identity", "message": message}}
     await asyncio.to_thread(wait_for_output, pair["a"], "refused")
     await publish(pair["a"], "pub-a", 3)  # both stay up; nothing replicated
     assert pair["b"].process is not None
@@ -101,9 +113,13 @@ async def test_an_instance_b_does_not_know_is_refused_at_the_handshake_on_both_s
     """a holds a valid certificate for its own name, but b has no destination a and does not
     allow it: b refuses the link saying whom it knows, a logs the refusal; nothing replicates."""
     pair = start_pair(tmp_path, certs, {"a": "a", "b": "b"}, started, b_allows)
-    line = await asyncio.to_thread(wait_for_output, pair["b"], "refused a link")
+    line = await asyncio.to_thread(wait_for_output, pair["b"], "link to a refused")
     assert "b does not know instance 'a' (group 'a')" in line
     assert "AllowedInstance" in line
+    shown = refused_links(pair["b"])["a"]
+    assert isinstance(shown, dict)
+    assert shown["code"] == "unknown_peer"
+    assert shown["message"] in line
     refused = await asyncio.to_thread(wait_for_output, pair["a"], "refused")
     assert "by b: b does not know instance 'a'" in refused
     async with Client("reader-b") as reader:

@@ -24,6 +24,7 @@ CORE_MODULES = [
     "replication/frames.py",
     "replication/latency.py",
     "replication/link_core.py",
+    "replication/admission.py",
     "replication/ownership.py",
     "replication/queue_replica.py",
     "amps/security/users.py",
