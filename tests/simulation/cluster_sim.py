@@ -88,6 +88,7 @@ class SimOptions:
     proxied: bool = False  # proxied transfer on i0 during the fault phase (R7)
     break_log_before_send: bool = False  # grants sent before they are durable (must fail)
     break_first_request: bool = False  # every request granted, not the first (must fail)
+    break_replay: bool = False  # recovery replays at the current time (must fail)
 
 
 class SimFailure(AssertionError):
@@ -150,6 +151,7 @@ class Instance:
         breakage = Breakage(
             first_request=self.options.break_first_request,
             log_before_send=self.options.break_log_before_send,
+            replay_at_now=self.options.break_replay,
         )
         self.replica = SimQueue(self.name, breakage)
         self.recovered = self.replica.recover(self.disk.records, now_ms)

@@ -57,7 +57,7 @@ POLICY = QueuePolicy(
     max_per_subscription_backlog=3,
     max_cancels=3,
     max_deliveries=4,
-    expiration_ms=300,
+    expiration_ms=250,
 )
 OPTIONS = ReplicaOptions(
     request_timeout_ms=40,
@@ -71,6 +71,7 @@ class Breakage:
 
     first_request: bool = False  # every request granted, not only the first (R5)
     log_before_send: bool = False  # grants sent and claims delivered before they are durable
+    replay_at_now: bool = False  # recovery replays at the current time, writing nothing
 
 
 @dataclass(frozen=True)
@@ -169,17 +170,21 @@ class SimQueue:
         The log is replayed before any time-driven work (at time 0, when nothing is due):
         replayed at the current time, a message past its expiration would be expired before
         a later record in the log (its ack, its owner's expiry) is read, writing a second
-        removal and dead letter, or none that replicates if recovery wrote nothing (seed 19
-        of this simulation's second version). What is due then leaves with its own record."""
+        removal and dead letter, or, if recovery writes nothing it decides (`replay_at_now`,
+        as the server's recovery did), a removal no other instance hears of. What is due then
+        leaves with its own record."""
+        replay_ms = now_ms if self.breakage.replay_at_now else REPLAY_MS
         out: list[object] = []
         for record in records:
             if isinstance(record, QueueRecord) and record.origin_instance == self.here:
                 for key in self._keys(record):
                     reason, reasons = _removal_of(record)
                     event = MessageRemoved(reason, bookmark=key, expire_reasons=reasons)
-                    out += self._out(self.replica.handle(event, REPLAY_MS))
+                    out += self._out(self.replica.handle(event, replay_ms))
             else:
-                out += self.applied(record, REPLAY_MS, local=False)
+                out += self.applied(record, replay_ms, local=False)
+        if self.breakage.replay_at_now:
+            out = []
         return out + self._out(self.replica.on_deadline(now_ms))
 
     def applied(self, record: Record, now_ms: int, *, local: bool) -> list[object]:
