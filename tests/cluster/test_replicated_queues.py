@@ -9,11 +9,9 @@ import asyncio
 import contextlib
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 
 from amps.client import Client
 from amps.log.bookmarks import publisher_id_for
@@ -36,16 +34,6 @@ def queue_xml(kind: str = "Queue", extra: str = "") -> str:
         f"<MessageType>json</MessageType><MaxPerSubscriptionBacklog>20"
         f"</MaxPerSubscriptionBacklog>{extra}</{kind}></SOW>"
     )
-
-
-@pytest.fixture
-def clusters() -> Iterator[list[Cluster]]:
-    started: list[Cluster] = []
-    try:
-        yield started
-    finally:
-        for running in started:
-            running.kill()
 
 
 def start(tmp_path: Path, clusters: list[Cluster], queue: str) -> Cluster:
