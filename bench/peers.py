@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REDIS_PY = "redis>=5,<9"
@@ -65,6 +65,36 @@ def free_port() -> int:
         return port
 
 
+def _wait_for(
+    port: int,
+    process: subprocess.Popen[bytes],
+    deadline: float,
+    name: str,
+    answers: Callable[[socket.socket], bool],
+) -> None:
+    """Return once a connection to `port` `answers`; RuntimeError past `deadline` or when the
+    process has ended."""
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                if answers(sock):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise RuntimeError(f"{name} did not start on port {port}")
+        time.sleep(0.05)
+
+
+def _redis_pong(sock: socket.socket) -> bool:
+    sock.sendall(b"PING\r\n")
+    return sock.recv(16).startswith(b"+PONG")
+
+
+def _nats_info(sock: socket.socket) -> bool:
+    return sock.recv(4) == b"INFO"  # a nats-server greets every client with its INFO
+
+
 def _stop(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     try:
@@ -84,18 +114,7 @@ def redis_server(timeout_s: float = 20.0) -> Iterator[int]:
             "--daemonize", "no", "--protected-mode", "yes", "--logfile", ""]  # fmt: skip
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
+        _wait_for(port, process, time.monotonic() + timeout_s, "redis-server", _redis_pong)
         yield port
     finally:
         _stop(process)
@@ -132,16 +151,7 @@ def nats_cluster(nodes: int = 3, timeout_s: float = 30.0) -> Iterator[list[str]]
             )
         deadline = time.monotonic() + timeout_s
         for port, process in zip(client_ports, processes, strict=True):
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                        if sock.recv(4) == b"INFO":
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"nats-server did not start on port {port}")
-                time.sleep(0.05)
+            _wait_for(port, process, deadline, "nats-server", _nats_info)
         yield [f"nats://127.0.0.1:{port}" for port in client_ports]
     finally:
         for process in processes:
