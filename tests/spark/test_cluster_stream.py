@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from amps.client import BlockingClient, Client
 from tests.harness.cluster import Cluster, cluster, full_mesh, wait_until
+from tests.spark.test_stream import copy_until_caught_up
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
@@ -66,25 +67,7 @@ def _until_replayed(address: str, topic: str, expected: int) -> None:
 
 
 def _copy(spark: SparkSession, servers: str, checkpoint: Path) -> None:
-    query = (
-        spark.readStream.format("amps")
-        .option("server", servers)
-        .option("topic", "events")
-        .option("from", "0")
-        .load()
-        .select("data")
-        .writeStream.format("amps")
-        .option("server", servers)
-        .option("topic", "events-copy")
-        .option("publisher", "cluster-copier")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    copy_until_caught_up(spark, servers, "events", "cluster-copier", checkpoint)
 
 
 def test_a_stream_resumes_on_another_instance_by_origin(

@@ -27,18 +27,21 @@ def _publish_round(instance: InstanceProcess, round_number: int) -> None:
         client.flush(30)
 
 
-def _run_until_caught_up(spark: SparkSession, instance: InstanceProcess, checkpoint: Path) -> None:
+def copy_until_caught_up(
+    spark: SparkSession, servers: str, topic: str, publisher: str, checkpoint: Path
+) -> None:
+    """Run the query that copies `topic` into `<topic>-copy` until it has read everything."""
     query = (
         spark.readStream.format("amps")
-        .option("server", instance.address)
-        .option("topic", "rounds")
+        .option("server", servers)
+        .option("topic", topic)
         .option("from", "0")
         .load()
         .select("data")
         .writeStream.format("amps")
-        .option("server", instance.address)
-        .option("topic", "rounds-copy")
-        .option("publisher", "copier")
+        .option("server", servers)
+        .option("topic", f"{topic}-copy")
+        .option("publisher", publisher)
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="500 milliseconds")
         .start()
@@ -47,6 +50,10 @@ def _run_until_caught_up(spark: SparkSession, instance: InstanceProcess, checkpo
         query.processAllAvailable()
     finally:
         query.stop()
+
+
+def _run_until_caught_up(spark: SparkSession, instance: InstanceProcess, checkpoint: Path) -> None:
+    copy_until_caught_up(spark, instance.address, "rounds", "copier", checkpoint)
 
 
 def test_a_restarted_stream_and_a_rerun_batch_copy_every_message_once(
