@@ -91,7 +91,10 @@ async def _replay(
             subscription.live = True
             # seq: the txid the replay went through; every later record is delivered live.
             positions = (
-                [pb.ReplayOrigin(instance=o.decode(), txid=t) for o, t in sorted(origins.items())]
+                [
+                    pb.ReplayOrigin(instance=o.decode(errors="replace"), txid=t)
+                    for o, t in sorted(origins.items())
+                ]
                 if origins is not None
                 else None
             )
