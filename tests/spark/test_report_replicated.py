@@ -13,14 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from amps.spark.report import queue_report
-from tests.cluster.test_replicated_queues import (
-    CLEAN,
-    Consumers,
-    clusters,
-    drained,
-    queue_xml,
-    start,
-)
+from tests.cluster.conftest import clusters
+from tests.cluster.test_replicated_queues import CLEAN, Consumers, drained, queue_xml, start
 from tests.cluster.test_replication import publish
 from tests.harness.cluster import Cluster
 
