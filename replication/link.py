@@ -572,10 +572,7 @@ class Replicator:
             except BadFrame as exc:
                 log.warning("replication link to %s: %s", session.core.peer, exc)
                 return
-            was_ready = session.core.state is LinkState.READY
             self._step(session, FrameReceived(frame))
-            if not was_ready and session.core.state is LinkState.READY:
-                log.info("replication link to %s up", session.core.peer)
             if session.closed.is_set():
                 return
 
@@ -590,11 +587,15 @@ class Replicator:
 
     def _step(self, session: _Session, event: object) -> None:
         core = session.core
+        was_ready = core.state is LinkState.READY
         try:
             actions = core.handle(event, self.instance.now_ms())  # type: ignore[arg-type]
         except CorruptRecord as exc:
             self._damaged(core, exc, session)
             return
+        if not was_ready and core.state is LinkState.READY:
+            # Here, not in the reader: the accepting side steps the dialler's Hello in _run.
+            log.info("replication link to %s up", core.peer)
         self._execute(session, actions)
         if core.wants_to_send:
             self._loop.call_soon(self._continue, session)
