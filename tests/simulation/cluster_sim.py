@@ -85,6 +85,7 @@ class SimOptions:
     connect_probability: float = 0.3
     max_down_ms: int = 150
     unreachable_after_ms: int = 80  # R7: not heard from, by any path, for this long
+    topology: str = "mesh"  # or "line": i0 - i1 - i2 ..., passing through (R9)
     proxied: bool = False  # proxied transfer on i0 during the fault phase (R7)
     break_log_before_send: bool = False  # grants sent before they are durable (must fail)
     break_first_request: bool = False  # every request granted, not the first (must fail)
@@ -121,9 +122,12 @@ class Publisher:
 class Instance:
     """One instance: disk, link cores, reachability and the queue's replica."""
 
-    def __init__(self, name: str, names: Sequence[str], options: SimOptions) -> None:
+    def __init__(
+        self, name: str, names: Sequence[str], peers: Sequence[str], options: SimOptions
+    ) -> None:
         self.name = name
-        self.peers = tuple(n for n in names if n != name)
+        self.others = tuple(n for n in names if n != name)
+        self.peers = tuple(peers)  # the instances it has a link (a destination) to
         self.options = options
         self.disk = SimDisk(name, name)
         self.saved_book: list[tuple[str, object]] = []
@@ -159,7 +163,7 @@ class Instance:
     def unreachable(self, now_ms: int) -> frozenset[str]:
         """R7: the instances nothing arrived from, by any path, within the interval."""
         interval = self.options.unreachable_after_ms
-        return self.reachability.unreachable(self.peers, now_ms, interval)
+        return self.reachability.unreachable(self.others, now_ms, interval)
 
 
 class Cluster:
@@ -171,7 +175,7 @@ class Cluster:
         self.rng = random.Random(seed)
         self.now_ms = 0
         self.names = [f"i{n}" for n in range(options.instances)]
-        self.instances = {n: Instance(n, self.names, options) for n in self.names}
+        self.instances = {n: Instance(n, self.names, self.peers_of(n), options) for n in self.names}
         for instance in self.instances.values():
             instance.skew_ms = self.rng.randint(0, options.max_skew_ms)
         self.network = SimNetwork(self.rng, self.names, max_delay_ms=options.max_delay_ms)
@@ -434,7 +438,7 @@ class Cluster:
         """Pairs that are both up, not cut and without a stream dial (the smaller name)."""
         for a in self.names:
             for b in self.names:
-                if a >= b or self.network.stream(a, b) is not None:
+                if a >= b or b not in self.instances[a].peers or self.network.stream(a, b):
                     continue
                 x, y = self.instances[a], self.instances[b]
                 if not (x.up and y.up and self.network.connected(a, b)):
@@ -470,7 +474,7 @@ class Cluster:
 
     def receive(self, instance: Instance, sender: str, stream: Stream, payload: object) -> None:
         if isinstance(payload, tuple) and payload[0] == "request":
-            self.receive_request(instance, sender, payload[1])
+            self.receive_request(instance, sender, payload[1], payload[2])
         elif isinstance(payload, tuple) and payload[0] == "record":
             self.apply_replicated(instance, (payload[1],))
         else:
@@ -522,30 +526,32 @@ class Cluster:
                     instance, instance.replica.applied(stamped, self.clock(instance), local=False)
                 )
 
-    def send_request(self, instance: Instance, request: TransferRequest) -> None:
-        """To the owner on its stream; without one, to every neighbour (passthrough forwards it,
-        a proxy may grant it)."""
-        payload = ("request", request)
+    def send_request(
+        self, instance: Instance, request: TransferRequest, hops: int = 1, sender: str = ""
+    ) -> None:
+        """To the owner on its stream; without one, to every other neighbour (they forward it
+        by passthrough, a proxy may grant it), for as many hops as there are instances."""
+        payload = ("request", request, hops)
         if self.network.stream(instance.name, request.owner) is not None:
             self.network.send(instance.name, request.owner, payload, self.now_ms)
             return
-        for peer in instance.peers:
-            self.network.send(instance.name, peer, payload, self.now_ms)
+        if hops < len(self.names):
+            for peer in instance.peers:
+                if peer != sender:
+                    self.network.send(instance.name, peer, payload, self.now_ms)
 
-    def receive_request(self, instance: Instance, sender: str, request: TransferRequest) -> None:
+    def receive_request(
+        self, instance: Instance, sender: str, request: TransferRequest, hops: int
+    ) -> None:
         replica = instance.replica
-        self.perform(
-            instance,
-            replica.set_unreachable(
-                instance.unreachable(self.clock(instance)), self.clock(instance)
-            ),
-        )
+        now_ms = self.clock(instance)
+        self.perform(instance, replica.set_unreachable(instance.unreachable(now_ms), now_ms))
         if request.requester == instance.name:
             return
         if request.owner == instance.name or replica.may_proxy_for(request.owner):
-            self.perform(instance, replica.requested(request, self.clock(instance)))
-        elif request.owner != sender and self.network.stream(instance.name, request.owner):
-            self.network.send(instance.name, request.owner, ("request", request), self.now_ms)
+            self.perform(instance, replica.requested(request, now_ms))
+        else:
+            self.send_request(instance, request, hops + 1, sender)
 
     def fire_deadlines(self) -> None:
         for instance in self.instances.values():
@@ -575,7 +581,8 @@ class Cluster:
             self.continue_links()
             for name in self.names:
                 for peer in self.names:
-                    if name < peer and self.network.stream(name, peer) is None:
+                    linked = peer in self.instances[name].peers
+                    if name < peer and linked and self.network.stream(name, peer) is None:
                         self.connect(name, peer)
             for instance in self.instances.values():
                 self.sync(instance)
@@ -652,6 +659,13 @@ class Cluster:
             if key not in acked and key not in self.dead_letters:
                 self.fail(f"message {key} left the queue without an ack or a dead letter")
 
+    def peers_of(self, name: str) -> tuple[str, ...]:
+        """Who `name` has destinations for: everyone (mesh) or its neighbours (line)."""
+        index = self.names.index(name)
+        if self.options.topology == "line":
+            return tuple(self.names[i] for i in (index - 1, index + 1) if 0 <= i < len(self.names))
+        return tuple(n for n in self.names if n != name)
+
     def clock(self, instance: Instance) -> int:
         """The instance's own clock: the cluster's time plus its skew."""
         return self.now_ms + instance.skew_ms
@@ -684,9 +698,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="print the transcript")
     parser.add_argument("--proxied", action="store_true", help="proxied transfer on i0 (R7)")
     parser.add_argument("--instances", type=int, default=3, help="how many instances")
+    parser.add_argument("--topology", choices=("mesh", "line"), default="mesh")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.seeds)
-    options = SimOptions(instances=args.instances, proxied=args.proxied)
+    options = SimOptions(instances=args.instances, topology=args.topology, proxied=args.proxied)
     for seed in seeds:
         try:
             cluster = run_seed(seed, options)
