@@ -24,7 +24,6 @@ class SimDisk:
         self.group = group
         self.records: list[Record] = []
         self.durable = 0
-        self.syncs = 0
         self.marks = PublisherMarks()
         self._held: set[tuple[str, int]] = set()  # (origin, origin txid) of every record
 
@@ -82,7 +81,6 @@ class SimDisk:
     def sync(self) -> None:
         """fsync: everything appended so far survives a crash."""
         self.durable = self.last_txid
-        self.syncs += 1
 
     def crash(self) -> None:
         """Lose what was not synced; rebuild the de-duplication marks from what is left."""

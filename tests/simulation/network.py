@@ -50,7 +50,6 @@ class SimNetwork:
         self.cut: set[Pair] = set()
         self.streams: dict[Pair, Stream] = {}
         self._next_ident = 1
-        self.sent = 0
 
     def open(self, dialler: str, acceptor: str) -> Stream:
         key = pair(dialler, acceptor)
@@ -76,7 +75,6 @@ class SimNetwork:
         if flight:
             due = max(due, flight[-1][0])
         flight.append((due, payload))
-        self.sent += 1
         return True
 
     def next_due(self, now_ms: int) -> tuple[str, str, Stream, object] | None:
@@ -98,10 +96,6 @@ class SimNetwork:
         """How many payloads (those `counted`) are in flight."""
         flights = [f for s in self.streams.values() for f in s.flights.values()]
         return sum(1 for f in flights for _, payload in f if counted(payload))
-
-    def earliest_due_ms(self) -> int | None:
-        dues = [f[0][0] for s in self.streams.values() for f in s.flights.values() if f]
-        return min(dues, default=None)
 
     def partition(self, side: set[str]) -> None:
         """Cut every pair with one end in `side` and the other outside it."""
