@@ -23,6 +23,10 @@ KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
 DAY_MS = 86_400_000
+# R4: how long a replicated message waits before a non-owner asks for it, until replicated acks
+# give the estimator samples; how long an unanswered transfer request stands (refusal is silence).
+DEFAULT_TRANSFER_LATENCY_MS = 250
+DEFAULT_TRANSFER_REQUEST_TIMEOUT_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +177,9 @@ class QueueConfig:
     deferred_ack_expiration_ms: int = DAY_MS
     initial_owner: str | None = None
     group_local_queue_domain: str | None = None
+    # R4: a replicated queue's transfer timing (not AMPS elements; AMPS does not publish its own).
+    default_transfer_latency_ms: int = DEFAULT_TRANSFER_LATENCY_MS
+    transfer_request_timeout_ms: int = DEFAULT_TRANSFER_REQUEST_TIMEOUT_MS
 
     @property
     def underlying_is_regex(self) -> bool:

@@ -10,6 +10,8 @@ from xml.etree.ElementTree import Element
 
 from amps.config.model import (
     DAY_MS,
+    DEFAULT_TRANSFER_LATENCY_MS,
+    DEFAULT_TRANSFER_REQUEST_TIMEOUT_MS,
     ExpirationModel,
     FairnessModel,
     Leasing,
@@ -60,6 +62,8 @@ QUEUE_ELEMENTS = (
     "DeferredAckExpiration",
     "InitialOwner",
     "GroupLocalQueueDomain",
+    "DefaultTransferLatency",
+    "TransferRequestTimeout",
 )
 _RECOVERY_POINT = re.compile(
     r"epoch|now|creation|\d{8}T\d{6}(?:\.\d{1,6})?Z?|[^|\s]+\|\d+\|", re.ASCII | re.IGNORECASE
@@ -69,6 +73,10 @@ parse_leasing = choice("strict", "sublet")
 parse_semantics = choice("at-least-once", "at-most-once")
 parse_expiration_model = choice("default", "queue", "latest", "earliest")
 _positive_ms = duration(1_000_000, 1_000_000, "1ms")
+# The estimator's own bounds (replication/latency.py LatencyOptions) cap the default at 60s.
+_transfer_latency_ms = duration(1_000_000, 1_000_000, "1ms", 60 * 1_000_000_000, "60s")
+_transfer_timeout_ms = duration(1_000_000, 1_000_000, "1ms", 3_600 * 1_000_000_000, "1h")
+_TRANSFER_ELEMENTS = ("DefaultTransferLatency", "TransferRequestTimeout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +188,15 @@ def _read_policy(reader: Reader, fields: Children, kind: QueueKind, group: str) 
         ),
         initial_owner=initial_owner,
         group_local_queue_domain=(domain or group) if kind == "GroupLocalQueue" else None,
+        default_transfer_latency_ms=reader.value(
+            fields, "DefaultTransferLatency", _transfer_latency_ms, DEFAULT_TRANSFER_LATENCY_MS
+        ),
+        transfer_request_timeout_ms=reader.value(
+            fields,
+            "TransferRequestTimeout",
+            _transfer_timeout_ms,
+            DEFAULT_TRANSFER_REQUEST_TIMEOUT_MS,
+        ),
     )
 
 
@@ -242,6 +259,14 @@ def _check_owner(
             domain,
             f"no GroupLocalQueueDomain on a {kind}",
         )
+    if kind == "LocalQueue":  # R2: never replicated, so it never transfers
+        for tag in _TRANSFER_ELEMENTS:
+            if (hit := fields.one(tag)) is not None:
+                reader.error(
+                    hit[0],
+                    (hit[1].text or "").strip(),
+                    f"no {tag} on a LocalQueue (it is never replicated)",
+                )
 
 
 def _resolve_target(

@@ -79,10 +79,6 @@ REMOVAL_RECORD: dict[RemovalReason, QueueAction] = {
 RECORD_REMOVAL = {action: reason for reason, action in REMOVAL_RECORD.items()}
 RECORD_REMOVAL[QueueAction.EXPIRE] = RemovalReason.EXPIRED
 _REMOVED_WHEN_SENT = (QueueAction.DELIVERED_AT_MOST_ONCE, QueueAction.BARRIER_RELEASED)
-# R4: how long a message owned elsewhere waits before it is asked for, until replicated acks
-# give the estimator samples; how long an unanswered request stands (a refusal is silence).
-TRANSFER_LATENCY_DEFAULT_MS = 250
-TRANSFER_REQUEST_TIMEOUT_MS = 1_000
 # R7: how often the owners' reachability is looked at while proxied transfer is on (how long
 # an owner may be silent first is Replication/ReachabilityInterval).
 REACHABILITY_CHECK_MS = 500
@@ -255,8 +251,8 @@ class QueueDriver:
                 ReplicaOptions(
                     kind=config.kind,
                     initial_owner=config.initial_owner,
-                    request_timeout_ms=TRANSFER_REQUEST_TIMEOUT_MS,
-                    latency=LatencyOptions(default_ms=TRANSFER_LATENCY_DEFAULT_MS),
+                    request_timeout_ms=config.transfer_request_timeout_ms,
+                    latency=LatencyOptions(default_ms=config.default_transfer_latency_ms),
                 ),
             )
 

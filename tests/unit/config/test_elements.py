@@ -84,6 +84,8 @@ FULL = """
       <UnderlyingTopic>ORDERS</UnderlyingTopic>
       <InitialOwner>amps-west</InitialOwner>
       <GroupLocalQueueDomain>GLOBAL</GroupLocalQueueDomain>
+      <DefaultTransferLatency>40ms</DefaultTransferLatency>
+      <TransferRequestTimeout>2.5s</TransferRequestTimeout>
     </GroupLocalQueue>
   </SOW>
   <Actions>
@@ -208,6 +210,8 @@ def test_local_and_group_local_queues() -> None:
     assert group_queue.kind == "GroupLocalQueue"
     assert group_queue.initial_owner == "amps-west"
     assert group_queue.group_local_queue_domain == "GLOBAL"
+    assert group_queue.default_transfer_latency_ms == 40
+    assert group_queue.transfer_request_timeout_ms == 2_500
     assert [q.name for q in config.queues] == ["ORDERS_RISK", "Jobs", "images", "orders-group"]
 
 
@@ -297,6 +301,7 @@ def test_defaults_of_a_minimal_document() -> None:
     assert (queue.max_cancels, queue.max_deliveries) == (0, 0)
     assert queue.recovery_point == "epoch"
     assert queue.deferred_ack_expiration_ms == 86_400_000
+    assert (queue.default_transfer_latency_ms, queue.transfer_request_timeout_ms) == (250, 1_000)
     assert queue.expiration_model == "default"
     assert not queue.file_backed_metadata
 

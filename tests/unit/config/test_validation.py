@@ -190,6 +190,11 @@ def test_the_path_names_the_nth_queue() -> None:
         ("RecoveryPoint", "yesterday", "epoch, now, creation"),
         ("FileBackedMetadata", "maybe", "enabled or disabled"),
         ("DeferredAckExpiration", "1", "duration with a unit"),
+        ("DefaultTransferLatency", "0ms", "a value from 1ms to 60s"),
+        ("DefaultTransferLatency", "61s", "a value from 1ms to 60s"),
+        ("DefaultTransferLatency", "250", "duration with a unit"),
+        ("TransferRequestTimeout", "0s", "a value from 1ms to 1h"),
+        ("TransferRequestTimeout", "1500us", "whole number of milliseconds"),
     ],
 )
 def test_bad_queue_values(element: str, value: str, expected: str) -> None:
@@ -286,6 +291,17 @@ def test_initial_owner_rules() -> None:
         "AMPSConfig/SOW/LocalQueue[1]/GroupLocalQueueDomain",
         "no GroupLocalQueueDomain",
     )
+
+
+@pytest.mark.parametrize("element", ["DefaultTransferLatency", "TransferRequestTimeout"])
+def test_transfer_timing_is_refused_on_a_local_queue(element: str) -> None:
+    """R2, R4: a LocalQueue is never replicated, so its transfer timing would mean nothing."""
+    error = assert_error(
+        queue_document(f"<Name>orders</Name>{JSON}<{element}>1s</{element}>", "LocalQueue"),
+        f"AMPSConfig/SOW/LocalQueue[1]/{element}",
+        f"no {element} on a LocalQueue",
+    )
+    assert error.value == "1s"
 
 
 def test_duplicate_queue_names_across_kinds() -> None:
