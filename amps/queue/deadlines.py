@@ -17,6 +17,8 @@ from amps.queue.table import ELSEWHERE, LEASED, NO_EXPIRY, OUT_OF_ORDER_EXPIRY, 
 
 def run_due(state: QueueState, now_ms: int, actions: list[Action]) -> None:
     """Do every piece of work whose time has come (cheap when nothing is due: every step)."""
+    if state.deadlines_deferred:
+        return
     period = state.policy.lease_period_ms
     heap = state.lease_heap
     if period is not None and heap and heap[0][0] + period <= now_ms:

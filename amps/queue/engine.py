@@ -229,6 +229,12 @@ class QueueEngine:
         if not defer:
             compaction.maybe_compact(state)
 
+    def defer_deadlines(self, defer: bool) -> None:
+        """While replaying a log (Q16), do no time-driven work: a message whose expiration
+        passed while the instance was down must not leave before the log's later records
+        (its ack, its owner's expiry) are read. After, one `on_deadline` does what is due."""
+        self._state.deadlines_deferred = defer
+
     def on_deadline(self, now_ms: int) -> list[Action]:
         """Expire leases, messages and deferred acks whose time has come (aioquic)."""
         actions: list[Action] = []

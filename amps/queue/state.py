@@ -83,6 +83,7 @@ class QueueState:
         self.counters = Counters()
         self.removals_since_check = 0  # compaction is considered every so many removals
         self.compaction_deferred = False  # while replaying: considered far less often
+        self.deadlines_deferred = False  # while replaying: no time-driven work (Q16)
 
     # -- queries -------------------------------------------------------------------------
 

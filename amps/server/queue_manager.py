@@ -315,6 +315,9 @@ class QueueManager:
         count = 0
         for driver in self.drivers.values():
             driver.engine.defer_compaction(True)
+            # No time-driven work while replaying: what expired while the instance was down
+            # leaves after the whole log is read, with its removal record and dead letter.
+            driver.engine.defer_deadlines(True)
         # Queues without expressions need only each publish's head: no record built, no data
         # copied, and the engine takes them as columns (~3x faster per record).
         heads = all(d.reads_heads and d.replica is None for d in self.drivers.values())
@@ -362,8 +365,11 @@ class QueueManager:
                     _replay(driver, batch, now_ms, heads=heads)
             last = records[-1]
             position = (last[0] if type(last) is tuple else last.txid) + 1
+        now_ms = self.instance.now_ms()
         for driver in self.drivers.values():
             driver.engine.defer_compaction(False)
+            driver.engine.defer_deadlines(False)
+            driver.on_deadline(now_ms)  # a live step: its removals are written (and replicate)
         return count
 
     def _start_for(self, driver: QueueDriver, now_ms: int) -> int:

@@ -947,7 +947,11 @@ class QueueDriver:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at_ms = None
-        now_ms = self.instance.now_ms()
+        self.on_deadline(self.instance.now_ms())
+
+    def on_deadline(self, now_ms: int) -> None:
+        """Do what is due now, writing what it decides (the timer; recovery once the log is
+        replayed, Q16)."""
         if self.replica is not None:
             self._check_reachability(now_ms)
             self.run(self.replica.on_deadline(now_ms), now_ms)

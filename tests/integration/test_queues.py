@@ -12,7 +12,7 @@ import pytest
 from amps import errors
 from amps.client import Client
 from amps.log.journal import Journal
-from amps.log.records import QueueAction, QueueRecord
+from amps.log.records import PublishRecord, QueueAction, QueueRecord
 from tests.harness.instance import InstanceProcess, config_xml, process_env
 from tests.harness.streams import take
 
@@ -375,3 +375,87 @@ def test_bad_queue_config_is_refused(tmp_path: Path) -> None:
     code, output = InstanceProcess(tmp_path / "amps", bad).run_to_exit()
     assert code == 78, output
     assert "DefaultPublishTarget" in output
+
+
+EXPIRING_QUEUE = """
+<SOW>
+  <Queue>
+    <Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic><MessageType>json</MessageType>
+    <Expiration>2s</Expiration><MaxPerSubscriptionBacklog>1</MaxPerSubscriptionBacklog>
+  </Queue>
+</SOW>
+<Actions>
+  <Action>
+    <On><Module>amps-action-on-sow-expire-message</Module><Options><Topic>work</Topic><MessageType>json</MessageType></Options></On>
+    <Do><Module>amps-action-do-publish-message</Module>
+      <Options><Topic>dead-letters</Topic><MessageType>json</MessageType>
+        <Data>{"reason":"{{AMPS_REASON}}","message":{{AMPS_DATA}}}</Data></Options></Do>
+  </Action>
+</Actions>
+"""
+
+
+def queue_log(directory: Path, queue: str, topic: str) -> list[tuple[object, ...]]:
+    """A journal as ("publish", txid, id) per publish on `topic`, ("dead letter", id) per
+    publish on dead-letters and (action, txids) per QueueRecord of `queue` (read-only)."""
+    log = Journal.open(directory, read_only=True)
+    found: list[tuple[object, ...]] = []
+    try:
+        txid = log.first_txid
+        while batch := log.read(txid, 1000):
+            txid = batch[-1].txid + 1
+            for record in batch:
+                if isinstance(record, PublishRecord) and record.topic == topic:
+                    found.append(("publish", record.txid, orjson.loads(record.data)["id"]))
+                elif isinstance(record, PublishRecord) and record.topic == "dead-letters":
+                    found.append(("dead letter", orjson.loads(record.data)["message"]["id"]))
+                elif isinstance(record, QueueRecord) and record.queue == queue:
+                    found.append((record.action, tuple(sorted(record.txids))))
+    finally:
+        log.close_read_only()
+    return found
+
+
+async def test_expired_while_down_is_recorded_and_dead_lettered_after_restart(
+    tmp_path: Path,
+) -> None:
+    """Q13, Q16, §5.1: a message whose Expiration passed while the instance was down leaves at
+    restart with its removal record and dead letter; one acked before the crash stays acked
+    (replay runs no deadline before the log's own removals are read)."""
+    instance = InstanceProcess(tmp_path / "amps", config_xml(extra=EXPIRING_QUEUE)).start()
+    journal = instance.workdir / "journal"
+    try:
+        async with Client("ew-pub") as pub, Client("ew-con") as con:
+            await pub.connect(instance.address)
+            await con.connect(instance.address)
+            await publish_ids(pub, "orders", range(1, 3))
+            [acked] = await take(await con.subscribe("work", max_backlog=1), 1)
+            await acked.ack()
+            await con.flush_acks()
+            await con.flush(timeout_s=TIMEOUT_S)
+        instance.kill()
+        before = queue_log(journal, "work", "orders")
+        [(_, acked_txid, acked_id), (_, waiting_txid, waiting_id), removal] = before
+        assert acked.json() == {"id": acked_id}
+        assert removal == (QueueAction.ACK, (acked_txid,)), "it expired before the kill"
+        for path in journal.glob("queues.db*"):
+            path.unlink()  # replay the whole log, as after a crash with no checkpoint
+        await asyncio.sleep(2.5)  # past the waiting message's Expiration, while down
+        await asyncio.to_thread(instance.restart)
+        async with Client("ew-after") as after:
+            await after.connect(instance.address)
+            [letter] = await take(await after.subscribe("dead-letters", bookmark="0"), 1)
+            left = await after.sow("work")
+        after_restart = queue_log(journal, "work", "orders")
+        # Once logged, an expiry is replayed silently: a second restart writes nothing again.
+        await asyncio.to_thread(instance.restart, kill=True)
+        async with Client("ew-again") as again:
+            await again.connect(instance.address)
+            await publish_ids(again, "marker", range(1))  # durable: all before it is too
+    finally:
+        instance.kill()
+    assert letter.json() == {"reason": "time_limit", "message": {"id": waiting_id}}
+    assert left == []
+    expired = [(QueueAction.EXPIRED, (waiting_txid,)), ("dead letter", waiting_id)]
+    assert after_restart == [*before, *expired]
+    assert queue_log(journal, "work", "orders") == after_restart

@@ -11,13 +11,15 @@ from amps.queue import (
     AckOption,
     Deliver,
     ExpireReason,
+    PublishDeadLetter,
     QueueEngine,
     QueuePolicy,
+    RecordRemoval,
     RemovalReason,
     Unsubscribed,
 )
 from amps.queue.events import Event, MessageRemoved
-from tests.unit.queue.helpers import bookmarks, published, subscribed
+from tests.unit.queue.helpers import PUBLISHER, bookmarks, published, subscribed
 
 REASONS = [
     (RemovalReason.ACKED, ExpireReason.TIME_LIMIT),
@@ -127,3 +129,25 @@ def test_replayed_removal_of_a_sent_at_most_once_message_frees_its_backlog(
     engine.handle(Acked("c1", bookmarks(1)), 2)
     engine.check_invariants()
     assert engine.statistics(2).leased_count == 1
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_deferred_deadlines_let_the_log_remove_first(plain: bool) -> None:
+    """Q13, Q16: replayed after their expiration, with deadlines deferred, message 1's logged
+    ack removes it silently; one `on_deadline` after the replay expires message 2 with its
+    record and dead letter."""
+    engine = QueueEngine(QueuePolicy(expiration_ms=500))
+    engine.defer_deadlines(True)
+    now_ms = 10_000
+    if plain:
+        replayed = engine.publish_plain([1, 2], [PUBLISHER, PUBLISHER], [1, 2], [0, 0], now_ms)
+    else:
+        replayed = engine.handle_many([published(1), published(2)], now_ms)
+    replayed += engine.remove_recovered([1], RemovalReason.ACKED, ExpireReason(0), now_ms)
+    engine.defer_deadlines(False)
+    assert replayed == []
+    assert engine.on_deadline(now_ms) == [
+        RecordRemoval(2, RemovalReason.EXPIRED, ExpireReason.TIME_LIMIT, 0),
+        PublishDeadLetter(2, ExpireReason.TIME_LIMIT),
+    ]
+    assert engine.next_deadline_ms() is None
