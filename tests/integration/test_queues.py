@@ -18,7 +18,20 @@ from tests.harness.streams import take
 
 TIMEOUT_S = 30
 
-WORK_QUEUE = """
+# The queue work's expiries as dead letters on dead-letters (AMPS-REFERENCE §5.1).
+DEAD_LETTERS = """
+<Actions>
+  <Action>
+    <On><Module>amps-action-on-sow-expire-message</Module><Options><Topic>work</Topic><MessageType>json</MessageType></Options></On>
+    <Do><Module>amps-action-do-publish-message</Module>
+      <Options><Topic>dead-letters</Topic><MessageType>json</MessageType>
+        <Data>{"reason":"{{AMPS_REASON}}","message":{{AMPS_DATA}}}</Data></Options></Do>
+  </Action>
+</Actions>
+"""
+
+WORK_QUEUE = (
+    """
 <SOW>
   <Queue>
     <Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic><MessageType>json</MessageType>
@@ -42,15 +55,9 @@ WORK_QUEUE = """
     <Semantics>at-most-once</Semantics><MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>
   </Queue>
 </SOW>
-<Actions>
-  <Action>
-    <On><Module>amps-action-on-sow-expire-message</Module><Options><Topic>work</Topic><MessageType>json</MessageType></Options></On>
-    <Do><Module>amps-action-do-publish-message</Module>
-      <Options><Topic>dead-letters</Topic><MessageType>json</MessageType>
-        <Data>{"reason":"{{AMPS_REASON}}","message":{{AMPS_DATA}}}</Data></Options></Do>
-  </Action>
-</Actions>
 """
+    + DEAD_LETTERS
+)
 
 
 @pytest.fixture
@@ -377,22 +384,17 @@ def test_bad_queue_config_is_refused(tmp_path: Path) -> None:
     assert "DefaultPublishTarget" in output
 
 
-EXPIRING_QUEUE = """
+EXPIRING_QUEUE = (
+    """
 <SOW>
   <Queue>
     <Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic><MessageType>json</MessageType>
     <Expiration>2s</Expiration><MaxPerSubscriptionBacklog>1</MaxPerSubscriptionBacklog>
   </Queue>
 </SOW>
-<Actions>
-  <Action>
-    <On><Module>amps-action-on-sow-expire-message</Module><Options><Topic>work</Topic><MessageType>json</MessageType></Options></On>
-    <Do><Module>amps-action-do-publish-message</Module>
-      <Options><Topic>dead-letters</Topic><MessageType>json</MessageType>
-        <Data>{"reason":"{{AMPS_REASON}}","message":{{AMPS_DATA}}}</Data></Options></Do>
-  </Action>
-</Actions>
 """
+    + DEAD_LETTERS
+)
 
 
 def queue_log(directory: Path, queue: str, topic: str) -> list[tuple[object, ...]]:
