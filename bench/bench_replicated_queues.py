@@ -1,7 +1,8 @@
 """Replicated queue figures (issue 9), each beside the single-instance queue figure of the same
 run. Prints; asserts nothing. The machine is shared: read the ratios.
 
-`.venv/bin/python -m bench.bench_replicated_queues [--quick] [--messages N]`
+`.venv/bin/python -m bench.bench_replicated_queues [--quick] [--messages N] [--queued N]
+[--only throughput|restart]`
 
 1. end to end, one instance: one publisher and four consumers (backlog 100), 1 KB JSON, first
    publish to last ack (the reference);
@@ -9,12 +10,18 @@ run. Prints; asserts nothing. The machine is shared: read the ratios.
 3. consumers on both instances (two on a, two on b), publishes on a: the rate and the share
    the owner served locally (R3);
 4. consumers only on b (every message transferred, R4/R5): messages/s, and publish-to-delivery
-   p50/p99 of a transferred message at 1,000 msg/s.
+   p50/p99 of a transferred message at 1,000 msg/s;
+5. restart after SIGKILL (`--only restart`, `--queued N`): N queued 100-byte messages, half
+   published on a and half on b (two origins), a quarter acked on each instance (half in all),
+   a killed at once and restarted: process start -> first delivery on a, and -> a's depth
+   correct; beside the same for one instance with N queued and half acked (bench_queues's
+   restart). A replicated queue replays the log from its low water and restores no snapshot.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import shutil
 import tempfile
@@ -24,8 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_queues import (
+    PHASE_TIMEOUT_S,
     SPAWN,
+    ack_messages,
+    fill_and_sample,
+    measure_restart,
     part,
+    publish_all,
     queue_instance,
     queue_stats,
     queue_xml,
@@ -71,13 +83,70 @@ def run(
     return done - got["pub"]["started"], got
 
 
+def wait_depth(admin_port: int, target: int) -> None:
+    """Poll the queue's depth until it is at most `target` (peers' acks arrive asynchronously)."""
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
+    while queue_stats(admin_port)["queue_depth"] > target:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"queue depth still above {target:,}")
+        time.sleep(0.05)
+
+
+def restart_single(count: int) -> None:
+    """The reference: one instance, `count` queued, half acked, killed at once."""
+    with queue_instance("rq-restart") as instance:
+        fill_and_sample(instance, count, [count])
+        ack_messages(instance, count // 2, hold_first=False)
+        measure_restart(instance, f"one instance, {count:,} queued, {count // 2:,} acked, "
+                        "killed at once")  # fmt: skip
+
+
+def restart_replicated(count: int) -> None:
+    """a <-> b, half of `count` published on each, a quarter acked on each, a killed at once."""
+    with replicated_pair() as pair:
+        a, b = pair["a"], pair["b"]
+        started = time.monotonic()
+        for instance in (a, b):
+            publish_all(instance.address, count // 2, 100)
+        wait_stat(a.admin_port, "queue_depth", count)
+        wait_stat(b.admin_port, "queue_depth", count)
+        took = time.monotonic() - started
+        print(f"  filled {count:,} x 100 B on two origins: {rate(count, took)}", flush=True)
+        started = time.monotonic()
+        for instance in (a, b):
+            ack_messages(instance, count // 4, hold_first=False)
+        for instance in (a, b):
+            wait_depth(instance.admin_port, count - 2 * (count // 4))
+        print(f"  acked {rate(2 * (count // 4), time.monotonic() - started)} on both", flush=True)
+        measure_restart(a, f"replicated, {count:,} queued from two origins, "
+                        f"{2 * (count // 4):,} acked, killed at once")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
-    parser.add_argument("--messages", type=int, default=None)
+    parts = ["throughput", "restart"]
+    parser.add_argument("--only", nargs="*", choices=parts, default=parts)
+    parser.add_argument("--messages", type=int, default=None, help="throughput messages")
+    parser.add_argument("--queued", type=int, default=None, help="restart messages")
     args = parser.parse_args()
     total = args.messages or (20_000 if args.quick else 100_000)
+    queued = args.queued or (100_000 if args.quick else 1_000_000)
     seconds = 5.0 if args.quick else 12.0
+    if "throughput" in args.only:
+        throughput(total, seconds)
+    if "restart" in args.only:
+        print(f"restart: {queued:,} queued messages of 100 B", flush=True)
+        # As an installed broker has: bytecode for every module (else each restart compiles them).
+        compileall.compile_dir(Path(__file__).resolve().parent.parent / "amps", quiet=1)
+        with part("restart, one instance"):
+            restart_single(queued)
+        with part("restart, replicated"):
+            restart_replicated(queued)
+
+
+def throughput(total: int, seconds: float) -> None:
+    """Parts 1-4."""
     print(f"bench_replicated_queues: {total:,} messages of 1 KB per run", flush=True)
     reference = 0.0
     with part("single instance"), queue_instance("rq-single") as single:
