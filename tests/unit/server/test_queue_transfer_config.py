@@ -10,24 +10,7 @@ import pytest
 
 from amps.config import Config, load_config
 from amps.server.queues import QueueDriver
-
-CONFIG = """<AMPSConfig><Name>east</Name>
-<Transports>
-  <Transport><Name>clients</Name><Type>grpc</Type><InetAddr>0</InetAddr></Transport>
-  <Transport><Name>peers</Name><Type>amps-replication</Type><InetAddr>0</InetAddr></Transport>
-</Transports>
-<TransactionLog><JournalDirectory>j</JournalDirectory>
-<Topic><Name>.*</Name><MessageType>json</MessageType></Topic></TransactionLog>
-<SOW>
-  <Queue><Name>work</Name><UnderlyingTopic>orders</UnderlyingTopic>
-    <MessageType>json</MessageType>{timing}</Queue>
-</SOW>
-<Replication><Destination><Name>west</Name><SyncType>async</SyncType>
-  <Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
-  <Topic><Name>work</Name><MessageType>json</MessageType></Topic>
-  <Transport><Type>amps-replication</Type><InetAddr>127.0.0.1:9</InetAddr></Transport>
-</Destination></Replication>
-</AMPSConfig>"""
+from tests.unit.server.test_admin_switches import CONFIG
 
 
 @dataclass
@@ -40,8 +23,10 @@ class _Host:
 
 
 def _driver(timing: str) -> QueueDriver:
-    config = load_config(CONFIG.format(timing=timing))
-    (queue,) = config.queues
+    # `work` is replicated (a destination's Topic names it).
+    config = load_config(CONFIG.replace("<Name>work</Name>", f"<Name>work</Name>{timing}", 1))
+    queue = config.queue("work")
+    assert queue is not None
     return QueueDriver(queue, _Host("east", config))  # type: ignore[arg-type]
 
 
