@@ -11,9 +11,7 @@ from tests.cluster.test_replication import publish, read_all
 from tests.cluster.test_sync import replication_status
 from tests.cluster.test_topologies import (  # the fixture too
     QUEUE,
-    clusters,  # noqa: F401
     queue_depth,
-    wait_for_output,
 )
 from tests.harness.cluster import Cluster, Link, cluster, full_mesh, wait_until
 from tests.harness.instance import amps_cli
@@ -32,7 +30,7 @@ def refusals(running: Cluster, name: str) -> dict[str, dict[str, str]]:
 
 async def test_a_queue_defined_differently_is_refused_on_both_sides_and_nothing_flows(
     tmp_path: Path,
-    clusters: list[Cluster],  # noqa: F811
+    clusters: list[Cluster],
 ) -> None:
     """R8: `work` is over `orders` on a and over `jobs` on b: the link is refused as
     queue_topology, both sides log a message naming both instances and the difference, the
@@ -42,7 +40,7 @@ async def test_a_queue_defined_differently_is_refused_on_both_sides_and_nothing_
     pair.start(full_mesh(["a", "b"], sync=False), {"a": QUEUE, "b": OTHER_UNDERLYING})
     difference = "queue 'work' has UnderlyingTopic"
     for name in ("a", "b"):
-        line = await asyncio.to_thread(wait_for_output, pair[name], difference)
+        line = await asyncio.to_thread(pair[name].wait_for_output, difference)
         assert "refused" in line
         assert "(group a)" in line
         assert "(group b)" in line
@@ -71,7 +69,7 @@ async def test_a_queue_defined_differently_is_refused_on_both_sides_and_nothing_
 
 async def test_of_three_instances_only_the_links_to_the_one_without_the_queue_are_refused(
     tmp_path: Path,
-    clusters: list[Cluster],  # noqa: F811
+    clusters: list[Cluster],
 ) -> None:
     """R8: a and b define `work`, c does not (its `orders` is a plain topic): a <-> b carries
     the queue, a <-> c and b <-> c are refused, each naming c as the instance without it."""
@@ -95,7 +93,7 @@ async def test_of_three_instances_only_the_links_to_the_one_without_the_queue_ar
 
 async def test_an_archive_that_takes_only_the_underlying_topic_is_allowed(
     tmp_path: Path,
-    clusters: list[Cluster],  # noqa: F811
+    clusters: list[Cluster],
 ) -> None:
     """R8: a replicates `orders` (the queue `work`'s data), not `work`, to an archive without
     the queue: the link comes up and the archive records every message."""
@@ -111,7 +109,7 @@ async def test_an_archive_that_takes_only_the_underlying_topic_is_allowed(
 
 async def test_a_local_queue_keeps_its_copy_when_the_same_queue_is_acked_elsewhere(
     tmp_path: Path,
-    clusters: list[Cluster],  # noqa: F811
+    clusters: list[Cluster],
 ) -> None:
     """R2: a LocalQueue is never replicated: with every topic replicated (`.*` takes its name
     too), an ack on a removes a's copy only; b still delivers its own."""

@@ -11,7 +11,6 @@ from amps.log.bookmarks import publisher_id_for
 from tests.cluster.test_replication import publish, read_all
 from tests.cluster.test_topologies import (  # the fixture too
     QUEUE,
-    clusters,  # noqa: F401
     queue_depth,
 )
 from tests.harness.cluster import Cluster, cluster, cluster_configs, full_mesh, wait_until
@@ -20,7 +19,7 @@ from tests.harness.instance import InstanceProcess
 
 async def test_an_ack_before_its_message_waits_for_it_and_removes_it_everywhere(
     tmp_path: Path,
-    clusters: list[Cluster],  # noqa: F811
+    clusters: list[Cluster],
 ) -> None:
     """A consumer that failed over to b acks there a message b has not received yet (a
     replicated queue: it may be on its way). b keeps the ack in its deferred acks instead of

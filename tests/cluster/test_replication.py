@@ -71,14 +71,13 @@ async def test_publish_on_each_read_on_every_other_in_order_with_the_same_bookma
 async def test_every_instance_logs_each_link_up_whichever_side_dialled(mesh: Cluster) -> None:
     """An operator reading one instance's log sees each link come up, also on the side that
     accepted the stream (it logs the link going down either way)."""
-    from tests.cluster.test_topologies import wait_for_output  # it imports this module
 
     await publish(mesh["a"], "pub-a", 1)
     for name in NAMES:
         for peer in NAMES:
             if peer != name:
                 await asyncio.to_thread(
-                    wait_for_output, mesh[name], f"replication link to {peer} up"
+                    mesh[name].wait_for_output, f"replication link to {peer} up"
                 )
 
 

@@ -13,7 +13,6 @@ from amps.client import Client
 from tests.cluster.checker import assert_clean, check
 from tests.cluster.test_replication import publish, read_all
 from tests.cluster.test_sync import replication_status
-from tests.cluster.test_topologies import wait_for_output
 from tests.harness.cluster import Link, cluster_configs, free_ports
 from tests.harness.instance import InstanceProcess
 from tests.harness.streams import more_within
@@ -92,12 +91,12 @@ async def test_a_peer_presenting_a_certificate_for_another_name_is_refused(
 ) -> None:
     """a says it is a but holds x's certificate (signed by the same CA): b refuses the link."""
     pair = start_pair(tmp_path, certs, {"a": "x", "b": "b"}, started)
-    line = await asyncio.to_thread(wait_for_output, pair["b"], "link to a refused")
+    line = await asyncio.to_thread(pair["b"].wait_for_output, "link to a refused")
     message = "b and a: the peer's certificate names 127.0.0.1, localhost, x, not 'a'"
     assert message in line
     assert "ERROR" in line
     assert refused_links(pair["b"]) == {"a": {"code": "identity", "message": message}}
-    await asyncio.to_thread(wait_for_output, pair["a"], "refused")
+    await asyncio.to_thread(pair["a"].wait_for_output, "refused")
     await publish(pair["a"], "pub-a", 3)  # both stay up; nothing replicated
     assert pair["b"].process is not None
     assert pair["b"].process.poll() is None
@@ -113,14 +112,14 @@ async def test_an_instance_b_does_not_know_is_refused_at_the_handshake_on_both_s
     """a holds a valid certificate for its own name, but b has no destination a and does not
     allow it: b refuses the link saying whom it knows, a logs the refusal; nothing replicates."""
     pair = start_pair(tmp_path, certs, {"a": "a", "b": "b"}, started, b_allows)
-    line = await asyncio.to_thread(wait_for_output, pair["b"], "link to a refused")
+    line = await asyncio.to_thread(pair["b"].wait_for_output, "link to a refused")
     assert "b does not know instance 'a' (group 'a')" in line
     assert "AllowedInstance" in line
     shown = refused_links(pair["b"])["a"]
     assert isinstance(shown, dict)
     assert shown["code"] == "unknown_peer"
     assert shown["message"] in line
-    refused = await asyncio.to_thread(wait_for_output, pair["a"], "refused")
+    refused = await asyncio.to_thread(pair["a"].wait_for_output, "refused")
     assert "by b: b does not know instance 'a'" in refused
     async with Client("reader-b") as reader:
         await reader.connect(pair["b"].address)

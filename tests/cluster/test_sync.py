@@ -11,7 +11,6 @@ from pathlib import Path
 
 from tests.cluster.checker import assert_clean, check
 from tests.cluster.test_replication import TIMEOUT_S, publish, read_all
-from tests.cluster.test_topologies import clusters  # noqa: F401 (fixture)
 from tests.harness.cluster import Cluster, Link, cluster, wait_until
 from tests.harness.instance import amps_cli
 
@@ -41,7 +40,7 @@ def destination(admin_port: int, name: str) -> dict[str, object]:
 
 async def test_a_dead_sync_destination_is_downgraded_by_the_action_and_upgraded_on_return(
     tmp_path: Path,
-    clusters: list[Cluster],  # noqa: F811
+    clusters: list[Cluster],
 ) -> None:
     """L2: with the actions configured, acks are released once the dead destination's oldest
     unacknowledged record is older than the downgrade Age; back and caught up, it is upgraded."""
@@ -66,7 +65,7 @@ async def test_a_dead_sync_destination_is_downgraded_by_the_action_and_upgraded_
 
 async def test_the_administrator_downgrades_and_upgrades_with_amps_admin_replication(
     tmp_path: Path,
-    clusters: list[Cluster],  # noqa: F811
+    clusters: list[Cluster],
 ) -> None:
     """D4/L2: without actions a dead sync destination holds acks until an administrator
     downgrades it; `amps admin replication` shows it."""

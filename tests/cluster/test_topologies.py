@@ -4,13 +4,10 @@ a link cut and stalled through a proxy, refused links (issue 8: R8, R9, R10)."""
 from __future__ import annotations
 
 import asyncio
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 
 from amps.client import Client
 from tests.cluster.checker import assert_clean, check
@@ -26,27 +23,6 @@ from tests.harness.cluster import (
 from tests.harness.instance import InstanceProcess
 from tests.harness.proxy import LinkProxy
 from tests.harness.streams import more_within, take
-
-
-@pytest.fixture
-def clusters() -> Iterator[list[Cluster]]:
-    started: list[Cluster] = []
-    try:
-        yield started
-    finally:
-        for running in started:
-            running.kill()
-
-
-def wait_for_output(process: InstanceProcess, text: str, timeout_s: float = TIMEOUT_S) -> str:
-    """The first output line containing `text` (bounded wait on the process's own output)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for line in list(process.output):
-            if text in line:
-                return line
-        time.sleep(0.05)
-    raise AssertionError(f"no line with {text!r} in:\n" + "".join(process.output))
 
 
 async def test_a_line_passes_records_through_the_middle(
@@ -122,11 +98,11 @@ async def test_a_group_mismatch_is_refused_and_named_on_both_sides(
     pair = cluster(tmp_path, ["a", "b"])
     clusters.append(pair)
     pair.start({"a": [Link("b", group="west", sync=False)]})
-    line = await asyncio.to_thread(wait_for_output, pair["a"], "refused")
+    line = await asyncio.to_thread(pair["a"].wait_for_output, "refused")
     assert "(group a)" in line
     assert "(group b)" in line
     assert "'west'" in line
-    await asyncio.to_thread(wait_for_output, pair["b"], "refused")
+    await asyncio.to_thread(pair["b"].wait_for_output, "refused")
     await publish(pair["a"], "pub-a", 3)  # async: the refused link holds nothing
     assert pair["a"].process is not None
     assert pair["a"].process.poll() is None

@@ -153,6 +153,16 @@ class InstanceProcess:
         )
         return done.returncode, done.stdout + done.stderr
 
+    def wait_for_output(self, text: str, timeout_s: float = 60.0) -> str:
+        """The first output line containing `text` (bounded wait on the process's own output)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in list(self.output):
+                if text in line:
+                    return line
+            time.sleep(0.05)
+        raise AssertionError(f"no line with {text!r} in:\n" + "".join(self.output))
+
     def kill(self) -> None:
         """SIGKILL: no chance to flush anything."""
         if self.process is not None and self.process.poll() is None:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.test_topologies import wait_for_output
 from tests.harness.instance import InstanceProcess
 from tests.integration.test_tls import handshake, make_certs, tls_config
 
@@ -61,17 +60,17 @@ def test_sighup_serves_the_new_certificate_and_keeps_the_old_one_when_the_new_is
     # A half-done renewal (the new certificate, the old key): refused, the old pair stays.
     replace(live, renewed, "amps-test.pem")
     hup(instance)
-    line = wait_for_output(instance, "client transport certificates not reloaded")
+    line = instance.wait_for_output("client transport certificates not reloaded")
     assert "expected a PEM certificate matching PrivateKey" in line, line
-    wait_for_output(instance, "admin certificates not reloaded")
+    instance.wait_for_output("admin certificates not reloaded")
     for port in (instance.port, instance.admin_port):
         handshake(port, ssl.TLSVersion.TLSv1_2, certs / "ca.pem")
 
     # The whole pair in place: new connections get the new certificate, on both ports.
     replace(live, renewed, "amps-test.key")
     hup(instance)
-    wait_for_output(instance, "client transport certificates reloaded")
-    wait_for_output(instance, "admin certificates reloaded")
+    instance.wait_for_output("client transport certificates reloaded")
+    instance.wait_for_output("admin certificates reloaded")
     for port in (instance.port, instance.admin_port):
         handshake(port, ssl.TLSVersion.TLSv1_2, renewed / "ca.pem")
         with pytest.raises(ssl.SSLCertVerificationError):
