@@ -16,7 +16,6 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,7 +51,7 @@ from replication.link_core import (
 )
 from replication.positions import PositionBook
 from replication.reachability import Reachability
-from replication.routing import Route
+from replication.routing import MAX_REQUEST_HOPS, Route, route_request
 from replication.topology import Topology
 
 if TYPE_CHECKING:
@@ -71,8 +70,6 @@ DEFAULT_RECONNECT_S = 1.0
 MAX_REFUSED_RECONNECT_S = 60.0
 # The journal keeps this much of its latest frames for links that keep up (no re-encoding).
 KEPT_FRAMES_BYTES = 16 * 1024 * 1024
-# R4: how many instances a transfer request may cross towards an owner that is no neighbour.
-MAX_REQUEST_HOPS = 8
 GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", GRPC_MAX_FRAME_BYTES),
@@ -319,19 +316,14 @@ class Replicator:
         self._route_request(request, "")
 
     def _route_request(self, request: TransferRequest, came_from: str) -> None:
-        """To the owner when it is a neighbour; else to every other ready neighbour, one hop
-        less (R9: passthrough towards an owner that is not a neighbour)."""
-        direct = self._sessions.get(request.owner)
-        if direct is not None and direct.core.state is LinkState.READY:
-            targets = [direct]
-        elif request.hops_left > 0:
-            skip = (came_from, request.requester)
-            targets = [s for peer, s in self._sessions.items() if peer not in skip]
-            request = replace(request, hops_left=request.hops_left - 1)
-        else:
-            return
+        """R4, R9: `route_request` decides (to the owner when it is a ready neighbour, else
+        onwards by passthrough); this sends it."""
+        sessions = self._sessions
+        ready = [p for p, s in sessions.items() if s.core.state is LinkState.READY]
+        request, targets = route_request(request, ready, came_from)
         now_ms = self.instance.now_ms()
-        for session in targets:
+        for peer in targets:
+            session = sessions[peer]
             self._execute(session, session.core.send_request(request, now_ms))
 
     def _request_arrived(self, request: TransferRequest, came_from: str) -> None:

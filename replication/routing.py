@@ -11,16 +11,21 @@ reaches an instance twice (a triangle) is discarded there as a duplicate and nev
 so it is never forwarded again: no loop can form, whatever the topology.
 Rule 3: a destination without Topic elements takes every recorded topic; otherwise a publish
 goes when its topic matches a Topic's Name and that Topic's Filter (if any).
+Rule 4: a transfer request (R4) is never logged; it goes to its owner when the owner is a
+ready neighbour, else to every other ready neighbour with one hop less (R9: passthrough
+towards an owner that is not a neighbour), never back where it came from or to its requester,
+and nowhere once its hops are spent (`route_request`; a lost request is a refusal).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from amps.config.topics import topic_matches
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record, TransferRecord
-from replication.frames import Digest, TopicDigest
+from replication.frames import Digest, TopicDigest, TransferRequest
 
 if TYPE_CHECKING:
     from amps.config.model import DestinationConfig
@@ -132,3 +137,20 @@ def _matches(flt: Filter, record: PublishRecord) -> bool:
 
 
 NO_DIGEST = Digest(sends=False)
+# R4: how many instances a transfer request may cross towards an owner that is no neighbour.
+MAX_REQUEST_HOPS = 8
+
+
+def route_request(
+    request: TransferRequest, ready: Iterable[str], came_from: str
+) -> tuple[TransferRequest, tuple[str, ...]]:
+    """Rule 4: the request as it leaves here and the ready neighbours it goes to (none when
+    its hops are spent). `came_from` is "" for a request made here."""
+    peers = tuple(ready)
+    if request.owner in peers:
+        return request, (request.owner,)
+    if request.hops_left <= 0:
+        return request, ()
+    skip = (came_from, request.requester)
+    onwards = replace(request, hops_left=request.hops_left - 1)
+    return onwards, tuple(p for p in peers if p not in skip)

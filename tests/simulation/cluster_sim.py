@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from amps.config.model import DestinationConfig, ReplicationTransportConfig
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record, TransferRecord
 from replication.frames import Heartbeat
+from replication.frames import TransferRequest as RequestFrame
 from replication.link_core import (
     Apply,
     Close,
@@ -44,20 +45,25 @@ from replication.link_core import (
     FrameReceived,
     LinkCore,
     LinkLimits,
+    LinkState,
     LogAdvanced,
     RecordsDurable,
+    RequestArrived,
     Send,
 )
 from replication.ownership import MessageKey
 from replication.positions import PositionBook
 from replication.reachability import Reachability
-from replication.routing import Route
+from replication.routing import MAX_REQUEST_HOPS, Route, route_request
 
 from .disk import SimDisk
 from .network import SimNetwork, Stream
-from .replica import Breakage, DeadLetter, Lease, SendRecordNow, SimQueue, TransferRequest
+from .replica import QUEUE, Breakage, DeadLetter, Lease, SendRecordNow, SimQueue, TransferRequest
 
 PROXIED_FROM_STEP = 30  # the administrator enables proxied transfer once the links are up
+# A path of ready links that long carried a heartbeat (every 15 ms) across two hops (<= 9 ms
+# each) and its reachability table onwards: well inside the 80 ms unreachability interval.
+SURELY_HEARD_MS = 50
 LIMITS = LinkLimits(
     max_batch_records=4,
     window_batches=2,
@@ -90,6 +96,7 @@ class SimOptions:
     break_log_before_send: bool = False  # grants sent before they are durable (must fail)
     break_first_request: bool = False  # every request granted, not the first (must fail)
     break_replay: bool = False  # recovery replays at the current time (must fail)
+    break_reachability: bool = False  # only neighbours heard, not through them (must fail)
 
 
 class SimFailure(AssertionError):
@@ -140,7 +147,8 @@ class Instance:
     def boot(self, now_ms: int) -> None:
         """Start (again) from the durable log and the last saved position book."""
         self.book = PositionBook(self.saved_book)  # type: ignore[arg-type]
-        self.reachability = Reachability(self.name)
+        kind = NeighboursOnly if self.options.break_reachability else Reachability
+        self.reachability = kind(self.name)
         routes = {p: Route(self.name, destination(p)) for p in self.peers}
         self.links = {
             p: LinkCore(
@@ -166,6 +174,14 @@ class Instance:
         return self.reachability.unreachable(self.others, now_ms, interval)
 
 
+class NeighboursOnly(Reachability):
+    """Deliberately wrong: ignores what heartbeats say of instances behind a neighbour, so a
+    proxy would bypass an alive owner two hops away (R7, R9 broken), to prove the sim sees it."""
+
+    def heard_via(self, table: tuple[tuple[str, int], ...], now_ms: int) -> None:
+        pass
+
+
 class Cluster:
     """The instances, the network, the clock, the publishers, and the checker."""
 
@@ -188,6 +204,7 @@ class Cluster:
         self.wanting: set[tuple[str, str]] = set()  # links that stopped early with more to send
         self.dead_letters: dict[MessageKey, list[str]] = {}  # key -> reasons, once durable
         self._duplicated_now: set[MessageKey] = set()
+        self.path_since: dict[tuple[str, str], int] = {}  # (a, b) -> since when a path joins them
         for instance in self.instances.values():
             count = self.rng.choice([0, 0, 1, 2])
             self.perform(
@@ -276,6 +293,7 @@ class Cluster:
         disk = instance.disk
         recorded = False
         broken = self.options.break_log_before_send
+        requests: dict[str, list[MessageKey]] = {}  # owner -> keys: one frame per owner
         for action in actions:
             if isinstance(action, Record):
                 stamped = self.append_local(instance, action)
@@ -292,7 +310,7 @@ class Cluster:
                 else:
                     self.dead_letter(instance, action)
             elif isinstance(action, TransferRequest):
-                self.send_request(instance, action)
+                requests.setdefault(action.owner, []).append(action.key)
             elif isinstance(action, SendRecordNow):
                 # The broken adapter: a grant leaves before it is durable (must fail).
                 for peer in instance.peers:
@@ -303,6 +321,9 @@ class Cluster:
                 self.note(f"{instance.name} {action}")
             else:
                 raise AssertionError(f"unknown action {action!r}")
+        for owner, keys in requests.items():
+            frame = RequestFrame(QUEUE, tuple(keys), instance.name, owner, MAX_REQUEST_HOPS)
+            self.route_request(instance, frame, "")
 
     def lease(self, instance: Instance, lease: Lease) -> None:
         consumer = instance.replica.consumers.get(lease.client_id)
@@ -473,9 +494,7 @@ class Cluster:
         raise AssertionError("the network never went quiet")
 
     def receive(self, instance: Instance, sender: str, stream: Stream, payload: object) -> None:
-        if isinstance(payload, tuple) and payload[0] == "request":
-            self.receive_request(instance, sender, payload[1], payload[2])
-        elif isinstance(payload, tuple) and payload[0] == "record":
+        if isinstance(payload, tuple) and payload[0] == "record":
             self.apply_replicated(instance, (payload[1],))
         else:
             actions = instance.links[sender].handle(FrameReceived(payload), self.clock(instance))  # type: ignore[arg-type]
@@ -498,6 +517,8 @@ class Cluster:
                 instance.durable_waits.append(
                     (instance.disk.last_txid, peer, action.through_txid, current.ident)
                 )
+            elif isinstance(action, RequestArrived):
+                self.request_arrived(instance, peer, action.request)
             elif isinstance(action, Close):
                 self.close_stream(instance.name, peer, action.reason)
         core = instance.links[peer]
@@ -526,32 +547,30 @@ class Cluster:
                     instance, instance.replica.applied(stamped, self.clock(instance), local=False)
                 )
 
-    def send_request(
-        self, instance: Instance, request: TransferRequest, hops: int = 1, sender: str = ""
-    ) -> None:
-        """To the owner on its stream; without one, to every other neighbour (they forward it
-        by passthrough, a proxy may grant it), for as many hops as there are instances."""
-        payload = ("request", request, hops)
-        if self.network.stream(instance.name, request.owner) is not None:
-            self.network.send(instance.name, request.owner, payload, self.now_ms)
-            return
-        if hops < len(self.names):
-            for peer in instance.peers:
-                if peer != sender:
-                    self.network.send(instance.name, peer, payload, self.now_ms)
+    def route_request(self, instance: Instance, request: RequestFrame, came_from: str) -> None:
+        """R4, R9: the link's own routing (`route_request`): to the owner when it is a ready
+        neighbour, else onwards by passthrough; sent as a `TransferRequest` frame by the link
+        core (lost on a link that is not ready: a refusal)."""
+        links = instance.links
+        ready = [p for p, core in links.items() if core.state is LinkState.READY]
+        request, targets = route_request(request, ready, came_from)
+        now_ms = self.clock(instance)
+        for peer in targets:
+            self.link_actions(instance, peer, links[peer].send_request(request, now_ms))
 
-    def receive_request(
-        self, instance: Instance, sender: str, request: TransferRequest, hops: int
-    ) -> None:
+    def request_arrived(self, instance: Instance, sender: str, request: RequestFrame) -> None:
+        """As the server's link adapter: the owner answers; any other instance offers it to
+        its queue as a proxy (R7: answered only with proxied transfer on and the owner
+        unreachable) and sends it on towards the owner."""
         replica = instance.replica
         now_ms = self.clock(instance)
         self.perform(instance, replica.set_unreachable(instance.unreachable(now_ms), now_ms))
-        if request.requester == instance.name:
-            return
-        if request.owner == instance.name or replica.may_proxy_for(request.owner):
-            self.perform(instance, replica.requested(request, now_ms))
-        else:
-            self.send_request(instance, request, hops + 1, sender)
+        if request.owner == instance.name or instance.proxied:
+            for key in request.keys:
+                asked = TransferRequest(key, request.requester, request.owner)
+                self.perform(instance, replica.requested(asked, now_ms))
+        if request.owner != instance.name:
+            self.route_request(instance, request, sender)
 
     def fire_deadlines(self) -> None:
         for instance in self.instances.values():
@@ -621,6 +640,44 @@ class Cluster:
                 duplicated.add(key)
         self.documented_duplicates += len(duplicated - self._duplicated_now)
         self._duplicated_now = duplicated
+        self.check_reachable_owners()
+
+    def check_reachable_owners(self) -> None:
+        """R7, R9: an instance never takes for unreachable one that a path of ready links
+        (through passthrough neighbours) has joined it to for long enough that something from
+        it must have arrived within the interval, so a proxy never bypasses an alive owner,
+        even two hops away."""
+        up = [n for n in self.names if self.instances[n].up]
+        edges = {
+            (a, b)
+            for a in up
+            for b in up
+            if self.network.stream(a, b) is not None
+            and self.network.connected(a, b)
+            and self.instances[a].links.get(b) is not None
+            and self.instances[a].links[b].state is LinkState.READY
+            and self.instances[b].links[a].state is LinkState.READY
+        }
+        for a in self.names:
+            reached, frontier = ({a}, [a]) if a in up else (set(), [])
+            while frontier:
+                x = frontier.pop()
+                for y in up:
+                    if (x, y) in edges and y not in reached:
+                        reached.add(y)
+                        frontier.append(y)
+            for b in self.names:
+                if b != a and b in reached:
+                    self.path_since.setdefault((a, b), self.now_ms)
+                else:
+                    self.path_since.pop((a, b), None)
+            unreachable = self.instances[a].replica.ownership.unreachable if reached else ()
+            for b in unreachable:
+                since = self.path_since.get((a, b))
+                joined_ms = self.now_ms - since if since is not None else 0
+                if joined_ms > SURELY_HEARD_MS:
+                    why = f"joined by a path for {joined_ms} ms (R7: an alive owner bypassed)"
+                    self.fail(f"{a} takes {b} for unreachable, {why}")
 
     def check_agreement(self) -> None:
         """After the heal: the same unremoved messages with the same owners everywhere, and

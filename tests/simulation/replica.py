@@ -159,9 +159,6 @@ class SimQueue:
             return []
         return self._out(self.replica.reachability_changed(names, now_ms))
 
-    def may_proxy_for(self, owner: str) -> bool:
-        return self.ownership.proxied_transfer and owner in self.ownership.unreachable
-
     # -- records -----------------------------------------------------------------------------
 
     def recover(self, records: Sequence[Record], now_ms: int) -> list[object]:

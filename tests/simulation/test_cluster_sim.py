@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from amps.log.records import TransferRecord
+
 from .cluster_sim import SimFailure, SimOptions, run_seed
 
 CI_SEEDS = 1_000
 PROXIED_SEEDS = 100
+LINE_SEEDS = 50
 
 
 def test_ci_seeds_keep_every_invariant() -> None:
@@ -32,13 +35,21 @@ def test_ci_seeds_keep_every_invariant() -> None:
         SimOptions(break_first_request=True),
         SimOptions(break_log_before_send=True),
         SimOptions(break_replay=True),
+        SimOptions(topology="line", break_reachability=True),
     ],
-    ids=["first-request rule", "log-before-send rule", "replay-before-deadlines rule"],
+    ids=[
+        "first-request rule",
+        "log-before-send rule",
+        "replay-before-deadlines rule",
+        "reachability-through-passthrough rule",
+    ],
 )
 def test_a_broken_rule_fails_within_the_ci_seeds(options: SimOptions) -> None:
     """The simulation finds bugs: with R5's first-request rule, the ordering contract (a
-    grant durable before it is sent) or recovery's order (replay the log, then expire what
-    is due, with records) broken, some CI seed fails, naming its seed."""
+    grant durable before it is sent), recovery's order (replay the log, then expire what
+    is due, with records) or R7's reachability (heard from by any path, so an alive owner
+    two hops away in a line is never taken for unreachable) broken, some CI seed fails,
+    naming its seed."""
     for seed in range(CI_SEEDS):
         try:
             run_seed(seed, options)
@@ -64,6 +75,22 @@ def test_proxied_transfer_duplicates_only_in_the_documented_way(topology: str) -
         duplicates += cluster.documented_duplicates
     assert claims > 0  # the survivor did claim for its consumers
     assert duplicates < claims  # and a claim meets the owner's own delivery only sometimes
+
+
+def test_in_a_line_requests_and_grants_cross_the_middle_instance() -> None:
+    """R4, R9: in i0 - i1 - i2, the ends have no link to each other, yet each grants the
+    other messages: requests went as `TransferRequest` frames through i1's link cores
+    (forwarded by the link's routing), grants as records passed through."""
+    crossed = 0
+    for seed in range(LINE_SEEDS):
+        cluster = run_seed(seed, SimOptions(topology="line"))
+        crossed += sum(
+            1
+            for record in cluster.instances["i1"].disk.records
+            if isinstance(record, TransferRecord)
+            and {record.from_instance, record.to_instance} == {"i0", "i2"}
+        )
+    assert crossed > 0
 
 
 def test_a_seed_replays_exactly() -> None:
