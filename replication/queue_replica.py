@@ -148,7 +148,9 @@ class QueueReplica:
         # Messages owned elsewhere here, in arrival order: key -> (txid, arrived_ms, the owner
         # whose latency estimator tracks its arrival, "" for none).
         self._waiting: dict[MessageKey, tuple[int, int, str]] = {}
-        self._asked: set[MessageKey] = set()  # requests sent and not answered yet
+        # Requests sent and not answered yet, moved out of `_waiting` (same values), so a step
+        # neither scans them nor looks at each one to learn which were answered.
+        self._asked: dict[MessageKey, tuple[int, int, str]] = {}
         self._scan_deadline_ms: int | None = None
 
     # -- queries ---------------------------------------------------------------------------
@@ -285,12 +287,21 @@ class QueueReplica:
 
     def ownership_recorded(self, record: OwnershipRecord, now_ms: int) -> list[ReplicaAction]:
         """A grant or claim read from a peer or replayed from the local log (R5, R7)."""
+        return self.ownership_recorded_many([record], now_ms)
+
+    def ownership_recorded_many(
+        self, records: Iterable[OwnershipRecord], now_ms: int
+    ) -> list[ReplicaAction]:
+        """`ownership_recorded` of each record in turn, as one engine step."""
         if not self.tracks_ownership:
             return []
-        out: list[ReplicaAction] = []
-        self._ownership_actions(
-            self.ownership.handle(OwnershipRecorded(record), now_ms), now_ms, out
-        )
+        out = self._due_first(now_ms)
+        handle = self.ownership.handle
+        moves: list[OwnershipMoved] = []
+        for record in records:
+            self._ownership_actions(handle(OwnershipRecorded(record), now_ms), now_ms, out, moves)
+            self._settle_asked(record.key)
+        self._move(moves, now_ms, out)
         self._request_waiting(now_ms, out)
         return out
 
@@ -299,13 +310,25 @@ class QueueReplica:
     ) -> list[ReplicaAction]:
         """A peer asked for the message (R5): granted only for the first request while this
         instance owns it and no local subscriber can take it; otherwise silence."""
+        return self.transfers_requested([key], requester, now_ms)
+
+    def transfers_requested(
+        self, keys: Iterable[MessageKey], requester: str, now_ms: int
+    ) -> list[ReplicaAction]:
+        """`transfer_requested` of each key in turn (one request frame), as one engine step."""
         if not self.tracks_ownership or requester == self.here:
             return []
-        txid = self.engine.txid_of(key)
-        held = txid is not None and self.engine.held_here(txid)
-        out: list[ReplicaAction] = []
-        event = TransferRequested(key, requester, held)
-        self._ownership_actions(self.ownership.handle(event, now_ms), now_ms, out)
+        engine = self.engine
+        handle = self.ownership.handle
+        out = self._due_first(now_ms)
+        moves: list[OwnershipMoved] = []
+        for key in keys:
+            txid = engine.txid_of(key)
+            held = txid is not None and engine.held_here(txid)
+            event = TransferRequested(key, requester, held)
+            self._ownership_actions(handle(event, now_ms), now_ms, out, moves)
+            self._settle_asked(key)
+        self._move(moves, now_ms, out)
         return out
 
     def handle(self, event: EngineInput, now_ms: int) -> list[ReplicaAction]:
@@ -328,8 +351,12 @@ class QueueReplica:
         became old enough to ask for (R4)."""
         out: list[ReplicaAction] = []
         if self.tracks_ownership:
-            self._ownership_actions(self.ownership.on_deadline(now_ms), now_ms, out)
-            self._requeue_refused()
+            due = self.ownership.next_deadline_ms()
+            if due is not None and due <= now_ms:
+                moves: list[OwnershipMoved] = []
+                self._ownership_actions(self.ownership.on_deadline(now_ms), now_ms, out, moves)
+                self._move(moves, now_ms, out)
+                self._requeue_refused()  # the requests that timed out were refused
         self._engine_actions(self.engine.on_deadline(now_ms), now_ms, out)
         self._request_waiting(now_ms, out)
         return out
@@ -355,9 +382,12 @@ class QueueReplica:
         if not self.tracks_ownership:
             return
         self.ownership.check_invariants()
-        for key, (txid, _, _) in self._waiting.items():
+        assert not self._asked.keys() & self._waiting.keys()
+        for key, (txid, _, _) in (*self._waiting.items(), *self._asked.items()):
             assert self.engine.txid_of(key) == txid, (key, txid)
             assert not self.ownership.owned_here(key), key
+        for key in self._asked:
+            assert self.ownership.state_of(key) is OwnershipState.REQUESTED, key
         for txid, key in self._key_of.items():
             if self.engine.txid_of(key) == txid and not self.engine.is_barrier(txid):
                 assert self.engine.owned_here(txid) == self.ownership.owned_here(key), key
@@ -373,8 +403,7 @@ class QueueReplica:
             return
         engine = self.engine
         for key in keys:
-            self._asked.discard(key)
-            waited = self._waiting.pop(key, None)
+            waited = self._asked.pop(key, None) or self._waiting.pop(key, None)
             if waited is not None and waited[2]:
                 latency = self.latencies.of(waited[2])
                 if sample:
@@ -400,17 +429,20 @@ class QueueReplica:
         out.extend(actions)
 
     def _ownership_actions(
-        self, actions: list[OwnershipAction], now_ms: int, out: list[ReplicaAction]
+        self,
+        actions: list[OwnershipAction],
+        now_ms: int,
+        out: list[ReplicaAction],
+        moves: list[OwnershipMoved],
     ) -> None:
-        """Perform `Offer` and `Withdraw` on the engine; pass the rest on, in order."""
+        """Collect `Offer` and `Withdraw` as engine moves (performed by `_move`, once per step,
+        so their deliveries come after every record of the step); pass the rest on, in order."""
         for action in actions:
             if isinstance(action, Offer):
                 self._forget(action.key)
-                moved = OwnershipMoved(action.key, owned_here=True)
-                self._engine_actions(self.engine.handle(moved, now_ms), now_ms, out)
+                moves.append(OwnershipMoved(action.key, owned_here=True))
             elif isinstance(action, Withdraw):
-                moved = OwnershipMoved(action.key, owned_here=False)
-                self._engine_actions(self.engine.handle(moved, now_ms), now_ms, out)
+                moves.append(OwnershipMoved(action.key, owned_here=False))
                 txid = self.engine.txid_of(action.key)
                 if txid is not None:
                     self._waiting[action.key] = (txid, now_ms, "")
@@ -419,31 +451,48 @@ class QueueReplica:
                 if isinstance(action, (AppendOwnership, SendOwnership)):
                     self._after_record(action.record.key, now_ms)
 
+    def _due_first(self, now_ms: int) -> list[ReplicaAction]:
+        """The engine's work that is due (expiry, leases) before a step's ownership decisions,
+        whose moves reach the engine only at the step's end: a message its owner expires now
+        is removed (and its removal logged) before a grant could name it."""
+        out: list[ReplicaAction] = []
+        self._engine_actions(self.engine.on_deadline(now_ms), now_ms, out)
+        return out
+
+    def _move(self, moves: list[OwnershipMoved], now_ms: int, out: list[ReplicaAction]) -> None:
+        """Perform a step's ownership moves on the engine, in order, as one engine step."""
+        if moves:
+            self._engine_actions(self.engine.handle_many(moves, now_ms), now_ms, out)
+
     def _after_record(self, key: MessageKey, now_ms: int) -> None:
         """A grant or claim was made here: keep `_waiting` in step with who owns the key."""
         if self.ownership.owned_here(key):
             self._forget(key)
             return
         txid = self.engine.txid_of(key)
-        if txid is not None and key not in self._waiting:
+        if txid is not None and key not in self._waiting and key not in self._asked:
             self._waiting[key] = (txid, now_ms, "")
 
     def _forget(self, key: MessageKey) -> None:
-        self._asked.discard(key)
-        waited = self._waiting.pop(key, None)
+        waited = self._asked.pop(key, None) or self._waiting.pop(key, None)
         if waited is not None and waited[2]:
             self.latencies.of(waited[2]).forget(key)
 
+    def _settle_asked(self, key: MessageKey) -> None:
+        """The machine handled an event for `key`: if it was asked for and the request is
+        over without the message coming here (refused, or granted to another), the message
+        goes to the back of the waiting order, so the next requests try other messages
+        first (an owner that keeps one message for its own subscriber must not stall the
+        rest). A grant to here already forgot it (`Offer`)."""
+        waited = self._asked.get(key)
+        if waited is not None and self.ownership.state_of(key) is not OwnershipState.REQUESTED:
+            del self._asked[key]
+            self._waiting[key] = waited
+
     def _requeue_refused(self) -> None:
-        """A request that went unanswered was refused (silence): its message goes to the
-        back of the waiting order, so the next requests try other messages first (an owner
-        that keeps one message for its own subscriber must not stall the rest)."""
-        requested = OwnershipState.REQUESTED
-        for key in [k for k in self._asked if self.ownership.state_of(k) is not requested]:
-            self._asked.discard(key)
-            waited = self._waiting.pop(key, None)
-            if waited is not None:
-                self._waiting[key] = waited
+        """`_settle_asked` for every outstanding request (after requests timed out)."""
+        for key in list(self._asked):
+            self._settle_asked(key)
 
     def _request_waiting(self, now_ms: int, out: list[ReplicaAction]) -> None:
         """Rule 4: ask the owners for waiting messages that local subscribers could take.
@@ -457,15 +506,11 @@ class QueueReplica:
             return
         engine = self.engine
         ownership = self.ownership
-        if self._asked:
-            self._requeue_refused()  # answered (or refused) since: room again
         room = engine.free_backlog() - len(self._asked)
         if room <= 0:
             return  # a step that frees backlog (or a refusal) runs this again
         wanted: list[MessageKey] = []
         for key, (txid, arrived_ms, _) in islice(self._waiting.items(), self.options.max_scan):
-            if key in self._asked:
-                continue
             owner = ownership.owner_of(key)
             if owner is None:
                 continue  # left meanwhile; `_forget` drops it
@@ -478,7 +523,11 @@ class QueueReplica:
                 if len(wanted) >= room:
                     break
         requested = OwnershipState.REQUESTED
+        waiting = self._waiting
+        asked = self._asked
+        moves: list[OwnershipMoved] = []
         for key in wanted:
-            self._ownership_actions(ownership.handle(TakerWaiting(key), now_ms), now_ms, out)
+            self._ownership_actions(ownership.handle(TakerWaiting(key), now_ms), now_ms, out, moves)
             if ownership.state_of(key) is requested:
-                self._asked.add(key)
+                asked[key] = waiting.pop(key)
+        self._move(moves, now_ms, out)

@@ -429,28 +429,37 @@ class QueueDriver:
     def on_transfer(self, record: TransferRecord, now_ms: int, *, recovering: bool) -> None:
         """A grant or claim (R5, R7) replayed from the log at recovery (this instance's own
         and those of others)."""
-        self.run(self._transfer_actions(record, now_ms), now_ms, recovering=recovering)
+        self.run(self._transfer_actions([record], now_ms), now_ms, recovering=recovering)
 
     def apply_replicated(self, records: Sequence[QueueRecord | TransferRecord]) -> None:
         """Peers' removals and ownership records, logged here and durable now, in one step."""
         now_ms = self.instance.now_ms()
         actions: list[ReplicaAction] = []
+        transfers: list[TransferRecord] = []  # a run of them, applied in one replica step
         for record in records:
             if isinstance(record, TransferRecord):
-                actions += self._transfer_actions(record, now_ms)
-            else:
-                actions += self._removal_actions(record, now_ms)
+                transfers.append(record)
+                continue
+            if transfers:
+                actions += self._transfer_actions(transfers, now_ms)
+                transfers = []
+            actions += self._removal_actions(record, now_ms)
+        if transfers:
+            actions += self._transfer_actions(transfers, now_ms)
         self.run(actions, now_ms)
 
-    def _transfer_actions(self, record: TransferRecord, now_ms: int) -> Sequence[ReplicaAction]:
+    def _transfer_actions(
+        self, records: Sequence[TransferRecord], now_ms: int
+    ) -> Sequence[ReplicaAction]:
         if self.replica is None:
             return []
-        try:
-            ownership = from_log(record)
-        except errors.OwnershipProtocolError as exc:
-            log.error("queue %s: %s; ignored", self.name, exc.message)
-            return []
-        return self.replica.ownership_recorded(ownership, now_ms)
+        ownerships = []
+        for record in records:
+            try:
+                ownerships.append(from_log(record))
+            except errors.OwnershipProtocolError as exc:
+                log.error("queue %s: %s; ignored", self.name, exc.message)
+        return self.replica.ownership_recorded_many(ownerships, now_ms)
 
     def apply_peer_removal(self, record: QueueRecord, now_ms: int, *, recovering: bool) -> None:
         """R1, R2: a peer's removal (an ack anywhere, the owner's expiry, an at-most-once
@@ -486,10 +495,7 @@ class QueueDriver:
             return
         now_ms = self.instance.now_ms()
         self._check_reachability(now_ms)
-        actions: list[ReplicaAction] = []
-        for key in keys:
-            actions += self.replica.transfer_requested(key, requester, now_ms)
-        self.run(actions, now_ms)
+        self.run(self.replica.transfers_requested(keys, requester, now_ms), now_ms)
 
     def subscribe(
         self, session: Session, sub_id: str, flt: Filter | None, max_backlog: int | None
