@@ -370,8 +370,9 @@ async def _heartbeat(session: Session, interval_s: float) -> None:
 
 
 AFTER_TXID = "after_txid="
-# Replayed deliveries carry origin_instance/origin_txid, the completed ack each origin's
-# position; positions_only: a replay that delivers nothing, then ends (docs/guide/spark.md).
+# origin: deliveries (replayed and live) carry origin_instance/origin_txid, the completed ack
+# each origin's position; positions_only: a replay that delivers nothing, then ends;
+# only_origin=NAME: one origin's publishes, replayed and live (docs/guide/spark.md).
 ORIGIN = "origin"
 POSITIONS_ONLY = "positions_only"
 ONLY_ORIGIN = "only_origin="

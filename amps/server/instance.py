@@ -447,6 +447,9 @@ class Instance:
         if not subscriptions:
             return
         by_session: dict[Session, list[str]] = {}
+        # Subscriptions with the `origin` option: their deliveries name the origin (separate
+        # entries, so that a session's other subscriptions get what they asked for).
+        with_origin: dict[Session, list[str]] | None = None
         message = None
         for subscription in subscriptions:
             if not subscription.live:
@@ -456,14 +459,28 @@ class Instance:
                     message = expr_message(record)
                 if not subscription.filter.matches(message):
                     continue
+            if subscription.origin:
+                only = subscription.only_origin
+                if only is not None and only != record.origin_instance.encode():
+                    continue
+                with_origin = {} if with_origin is None else with_origin
+                with_origin.setdefault(subscription.session, []).append(subscription.sub_id)
+                continue
             by_session.setdefault(subscription.session, []).append(subscription.sub_id)
+        self._deliver(record, by_session, origin=False)
+        if with_origin is not None:
+            self._deliver(record, with_origin, origin=True)
+
+    def _deliver(
+        self, record: PublishRecord, by_session: dict[Session, list[str]], *, origin: bool
+    ) -> None:
         # One encoding per distinct set of sub_ids (usually one for all sessions).
         entries: dict[tuple[str, ...], bytes] = {}
         for session, sub_ids in by_session.items():
             key = tuple(sub_ids)
             entry = entries.get(key)
             if entry is None:
-                entry = entries[key] = delivery_for(record, sub_ids)
+                entry = entries[key] = delivery_for(record, sub_ids, origin=origin)
             session.send_entry(entry)
             self.statistics.delivered += 1
 
@@ -472,18 +489,18 @@ def bookmark_of(record: PublishRecord) -> str:
     return f"{record.publisher_id}|{record.seq}|"
 
 
-def delivery_for(record: PublishRecord, sub_ids: list[str]) -> bytes:
-    """The frame entry of ServerMessage(delivery=...) for a durable publish (amps.server.wire)."""
+def delivery_for(record: PublishRecord, sub_ids: list[str], *, origin: bool = False) -> bytes:
+    """The frame entry of ServerMessage(delivery=...) for a durable publish (amps.server.wire);
+    with `origin` it names the origin instance and origin txid, as a replay with that option."""
     from amps.server.wire import encoder_for
 
-    return encoder_for(record.topic, sub_ids).encode(
-        record.data,
-        record.publisher_id,
-        record.seq,
-        record.txid,
-        record.timestamp_us,
-        record.correlation_id.encode(),
-    )
+    parts: list[bytes] = []
+    encoder_for(record.topic, sub_ids).encode_into(
+        parts, record.data, record.publisher_id, record.seq, record.txid, record.timestamp_us,
+        record.correlation_id.encode(), record.origin_instance.encode() if origin else b"",
+        record.origin_txid if origin else 0,
+    )  # fmt: skip
+    return b"".join(parts)
 
 
 def expr_message(record: PublishRecord) -> Message:

@@ -34,8 +34,8 @@ class Subscription:
     live: bool = True
     delivered: int = 0
     cancel_replay: Callable[[], object] | None = field(default=None, repr=False)
-    # Subscribe options `origin` (replayed deliveries name their origin; the completed ack
-    # names each origin's position) and `positions_only` (the replay delivers nothing).
+    # Subscribe options `origin` (deliveries, replayed and live, name their origin; the
+    # completed ack names each origin's position) and `positions_only` (nothing delivered).
     origin: bool = False
     positions_only: bool = False
     only_origin: bytes | None = None  # `only_origin=NAME`: replay that origin's publishes only

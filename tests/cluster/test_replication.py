@@ -57,8 +57,20 @@ async def test_publish_on_each_read_on_every_other_in_order_with_the_same_bookma
     mesh: Cluster,
 ) -> None:
     """D1/L1: a message published on any instance reaches every other, in its publisher's
-    order, with the bookmark it has on its own instance."""
-    await asyncio.gather(*(publish(mesh[n], f"pub-{n}", COUNT) for n in NAMES))
+    order, with the bookmark it has on its own instance. A live subscriber with the `origin`
+    option (the Spark stream's, issue 10) learns each message's origin instance and origin
+    txid, in each origin's order."""
+    async with Client("origin-watcher") as watcher:
+        await watcher.connect(mesh["c"].address)
+        live = await watcher.subscribe("orders", options="origin")
+        await asyncio.gather(*(publish(mesh[n], f"pub-{n}", COUNT) for n in NAMES))
+        watched = await take(live, COUNT * len(NAMES), TIMEOUT_S)
+    positions: dict[str, list[int]] = {}
+    for message in watched:
+        assert message.origin_instance == message.json()["p"].removeprefix("pub-")
+        positions.setdefault(message.origin_instance, []).append(message.origin_txid)
+    assert sorted(positions) == NAMES
+    assert all(txids == sorted(set(txids)) and txids[0] > 0 for txids in positions.values())
     expected = {f"pub-{n}": COUNT for n in NAMES}
     bookmarks: dict[tuple[str, int], str] = {}
     for name in NAMES:

@@ -211,5 +211,18 @@ async def test_origin_options_name_each_origins_position(instance: InstanceProce
         assert await other.get(0) is None
         mine = await client.subscribe("origins", bookmark="0", options="only_origin=amps-test")
         assert [m.txid for m in await take(mine, 5)] == [m.txid for m in replayed]
+        await mine.wait_completed(10)
+
+        # Live deliveries name their origin too (a stream across a cluster needs them).
+        await client.publish("origins", b'{"i":5}')
+        live = (await take(sub, 1))[0]
+        assert (live.origin_instance, live.origin_txid) == ("amps-test", live.txid)
+        assert live.txid > replayed[-1].txid
+        assert [(m.origin_instance, m.txid) for m in await take(mine, 1)] == [
+            ("amps-test", live.txid)
+        ]
+        assert [(m.origin_instance, m.origin_txid) for m in await take(plain, 1)] == [("", 0)]
+        # One delivery per session names every matching sub_id: `other` would hold it by now.
+        assert await other.get(0) is None  # only_origin holds live as in the replay
         with pytest.raises(errors.InvalidOptions, match="bookmark"):
             await client.subscribe("origins", options="positions_only")
