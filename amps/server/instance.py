@@ -25,6 +25,7 @@ from amps.server.convert import success_ack
 from amps.server.damage import DamageLog
 from amps.server.host import InstanceStatistics, ReplicationHooks
 from amps.server.lifecycle import HoldRegistry, JournalLifecycle
+from amps.server.positions import OriginPositions
 from amps.server.queue_manager import QueueManager
 from amps.server.record_cache import RecordCache
 from amps.server.send_budget import SendBudget
@@ -68,6 +69,8 @@ class Instance:
         )
         self.statistics = InstanceStatistics()
         self.dispatched_txid = journal.last_txid
+        # Each origin's last publish per topic: positions_only probes are answered from it.
+        self.origin_positions = OriginPositions(journal.last_txid)
         self._undispatched: list[PublishRecord] = []
         self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._commit_wanted = asyncio.Event()
@@ -391,6 +394,7 @@ class Instance:
             put = self.records.put
             for record in ready:
                 put(record)
+            self.origin_positions.dispatched(ready)
             if len(self.subscriptions):  # none: no per-record look-up (a catching-up peer)
                 fan_out = self.fan_out
                 for record in ready:

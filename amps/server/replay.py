@@ -43,7 +43,10 @@ async def replay(instance: Instance, subscription: Subscription, start_txid: int
     holder = f"replay {subscription.session.client_id}/{subscription.sub_id}"
     unregister = instance.holds.register(holder, lambda: reader.next_txid)
     try:
-        await _replay(instance, subscription, start_txid, reader)
+        if subscription.positions_only:
+            await _positions(instance, subscription, start_txid)
+        else:
+            await _replay(instance, subscription, start_txid, reader)
     except errors.CorruptRecord as exc:
         _end_on_damage(instance, subscription, exc)
     finally:
@@ -65,6 +68,36 @@ def _end_on_damage(
     instance.statistics.rejected += 1
 
 
+async def _positions(instance: Instance, subscription: Subscription, start_txid: int) -> None:
+    """`positions_only`: each origin's position from the instance's own record of them (the
+    log is read only once, by the first probe after a start), then the subscription ends."""
+    known = instance.origin_positions
+    await known.load(instance.journal, instance.holds)
+    # No await from here on: the positions and dispatched_txid advance together.
+    origins = known.positions(subscription.topic.matches, start_txid)
+    _send_completed(subscription, instance.dispatched_txid, origins)
+    subscription.cancel_replay = None  # this task is ending already
+    instance.remove_subscription(subscription)
+
+
+def _send_completed(
+    subscription: Subscription, through_txid: int, origins: dict[str, int] | None
+) -> None:
+    """The completed ack of a replay: seq the txid it went through (every later record is
+    delivered live), and with the `origin` option each origin's position."""
+    positions = (
+        [pb.ReplayOrigin(instance=o, txid=t) for o, t in sorted(origins.items())]
+        if origins is not None
+        else None
+    )
+    subscription.session.send(
+        success_ack(
+            cmd_id="", ack_type="completed", sub_id=subscription.sub_id, seq=through_txid,
+            origins=positions,
+        )
+    )  # fmt: skip
+
+
 async def _replay(
     instance: Instance, subscription: Subscription, start_txid: int, reader: RawReader
 ) -> None:
@@ -75,10 +108,8 @@ async def _replay(
     position = start_txid
     sub_ids = (subscription.sub_id,)
     flt = subscription.filter
-    # The `origin` option: each origin's last publish of the topic, for the completed ack (with
-    # `positions_only` nothing is delivered: a probe of where every origin stands).
+    # The `origin` option: each origin's last publish of the topic, for the completed ack.
     origins: dict[bytes, int] | None = {} if subscription.origin else None
-    quiet = subscription.positions_only
     only = subscription.only_origin
     # Topic (as stored) -> its encoder, or None when the subscription's topic does not match.
     encoders: dict[bytes, DeliveryEncoder | None] = {}
@@ -89,24 +120,13 @@ async def _replay(
         if position > limit:
             # No await between the check and the switch: the next live record is > limit.
             subscription.live = True
-            # seq: the txid the replay went through; every later record is delivered live.
-            positions = (
-                [
-                    pb.ReplayOrigin(instance=o.decode(errors="replace"), txid=t)
-                    for o, t in sorted(origins.items())
-                ]
-                if origins is not None
-                else None
+            _send_completed(
+                subscription,
+                limit,
+                None
+                if origins is None
+                else {o.decode(errors="replace"): t for o, t in origins.items()},
             )
-            session.send(
-                success_ack(
-                    cmd_id="", ack_type="completed", sub_id=subscription.sub_id, seq=limit,
-                    origins=positions,
-                )
-            )  # fmt: skip
-            if quiet:
-                subscription.cancel_replay = None  # this task is ending already
-                instance.remove_subscription(subscription)
             return
         try:
             publishes, reached = reader.read(position, limit, batch_records)
@@ -136,7 +156,7 @@ async def _replay(
                 continue
             if origins is not None:
                 origins[origin] = otx  # the position among this topic's publishes
-                if quiet or (only is not None and origin != only):
+                if only is not None and origin != only:
                     continue
             if flt is not None:
                 record = codec.new_publish(

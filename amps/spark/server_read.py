@@ -8,8 +8,9 @@ in origin order, so a range of positions is the same rows whoever serves it: a s
 fails over to another instance resumes where it was, and a batch Spark re-runs reads the same
 rows from any instance.
 
-Planning asks an instance for positions with a `positions_only` replay (it reads the log and
-delivers nothing; its completed ack names each origin's position). A piece replays one origin's
+Planning asks an instance for positions with a `positions_only` subscription (it delivers
+nothing; its completed ack names each origin's position, which the instance keeps in memory:
+amps.server.positions). A piece replays one origin's
 records (`only_origin`) in a range of positions, each delivery naming its origin (`origin`).
 """
 

@@ -226,3 +226,40 @@ async def test_origin_options_name_each_origins_position(instance: InstanceProce
         assert await other.get(0) is None  # only_origin holds live as in the replay
         with pytest.raises(errors.InvalidOptions, match="bookmark"):
             await client.subscribe("origins", options="positions_only")
+
+
+async def _positions(client: Client, topic: str, bookmark: str = "0") -> dict[str, int]:
+    probe = await client.subscribe(topic, bookmark=bookmark, options="positions_only")
+    await probe.wait_completed(10)
+    return probe.origins
+
+
+async def test_positions_only_is_answered_from_memory_also_after_a_restart(
+    instance: InstanceProcess,
+) -> None:
+    """`positions_only` names what a replay from the same start would find (issue 10): per
+    origin, its last publish of the matching topics at or after the start; after a restart the
+    log before it is read once, by the first probe, and merged with what came since."""
+    async with Client("positions-a") as client:
+        await client.connect(instance.address)
+        for topic in ("pos-a", "pos-a", "pos-b", "pos-a"):
+            await client.publish(topic, b"{}")
+        await client.flush(10)
+        scan = await client.subscribe("pos-.*", bookmark="0", options="origin")
+        replayed = await take(scan, 4)
+        await scan.wait_completed(10)
+        last_b = replayed[2]
+        assert await _positions(client, "pos-.*") == scan.origins == {"amps-test": 4}
+        assert await _positions(client, "pos-b") == {"amps-test": last_b.txid}
+        assert await _positions(client, "pos-b", last_b.bookmark) == {}  # none after it
+        assert await _positions(client, "pos-a", last_b.bookmark) == {"amps-test": 4}
+    await asyncio.to_thread(instance.restart)
+    async with Client("positions-b") as client:
+        await client.connect(instance.address)
+        # Dispatched before the first probe reads the log: the older position must not win.
+        await client.publish("pos-a", b"{}")
+        await client.flush(10)
+        assert await _positions(client, "pos-a") == {"amps-test": 5}
+        assert await _positions(client, "pos-b") == {"amps-test": last_b.txid}
+        assert await _positions(client, "pos-b", last_b.bookmark) == {}
+        assert await _positions(client, "pos-.*", last_b.bookmark) == {"amps-test": 5}
