@@ -174,6 +174,11 @@ def throughput(total: int, seconds: float) -> None:
         print(f"   at 1,000 msg/s, publish -> delivery of a transferred message: p50 {p50:.1f} "
               f"ms, p99 {p99:.1f} ms ({len(latencies):,} messages, "
               f"{time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
+        stats = queue_stats(b.admin_port)
+        print(f"   b: transfer latency estimate {stats['transfer_latency_seconds'] * 1000:.0f} ms "
+              f"(R4: how long a message waits before b asks), requests sent "
+              f"{stats['transfer_requests_sent']:,}, unanswered "
+              f"{stats['transfer_requests_unanswered']:,} (all parts)", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -9,6 +9,14 @@ acks. Until `min_samples` acks arrived the configured default is used (an owner 
 consumers produces no acks, and its messages must still move). Memory is bounded: the window,
 and at most `max_tracked` arrivals waiting for their ack (the oldest is dropped first, so a
 message that is never acked here, for example one that expired, does not stay forever).
+
+The owner's answers teach it too. A granted request shows the owner had no local subscriber
+that could take a message that waited that long (R5): the wait halves, down to `min_ms`. An
+unanswered one (a refusal is silence) shows its subscribers take its messages: the wait
+doubles back, and never beyond the typical time above. Without this, an owner whose consumers
+left (or never were) keeps its last median, or the default, for ever: no replicated acks come
+to replace them, and every transferred message waits that long first. Asking sooner cannot
+take a message from the owner's own subscribers: it refuses while one of them can take it.
 """
 
 from __future__ import annotations
@@ -45,6 +53,9 @@ class TransferLatency:
         self._estimate_ms = options.default_ms
         self._stale = False
         self.samples_total = 0
+        # The wait the owner's grants taught (see the module's docstring); None: the typical
+        # time above applies.
+        self._learned_ms: int | None = None
 
     def arrived(self, key: Hashable, now_ms: int) -> None:
         """A replicated message of this owner arrived here."""
@@ -65,8 +76,25 @@ class TransferLatency:
         """The message left without an ack here (expired, or owned here): no sample."""
         self._arrived_ms.pop(key, None)
 
+    def granted(self) -> None:
+        """A request of ours was granted: the owner had no local taker for it. Ask sooner."""
+        self._learned_ms = max(self.options.min_ms, self.estimate_ms() // 2)
+
+    def refused(self) -> None:
+        """A request of ours went unanswered: the owner's subscribers take its messages. The
+        wait doubles back towards the typical time."""
+        if self._learned_ms is not None:
+            doubled = self._learned_ms * 2
+            self._learned_ms = None if doubled >= self._typical_ms() else doubled
+
     def estimate_ms(self) -> int:
         """How long a message waits before a transfer may be requested (R4)."""
+        typical = self._typical_ms()
+        learned = self._learned_ms
+        return typical if learned is None or learned >= typical else learned
+
+    def _typical_ms(self) -> int:
+        """The median of the samples (clamped), or the default until there are enough."""
         if self._stale:
             self._stale = False
             if len(self._samples) >= self.options.min_samples:

@@ -296,11 +296,18 @@ class QueueReplica:
         if not self.tracks_ownership:
             return []
         out = self._due_first(now_ms)
-        handle = self.ownership.handle
+        ownership = self.ownership
         moves: list[OwnershipMoved] = []
         for record in records:
-            self._ownership_actions(handle(OwnershipRecorded(record), now_ms), now_ms, out, moves)
-            self._settle_asked(record.key)
+            key = record.key
+            asked = ownership.owner_of(key) if key in self._asked else None
+            actions = ownership.handle(OwnershipRecorded(record), now_ms)
+            self._ownership_actions(actions, now_ms, out, moves)
+            if asked is not None:
+                if ownership.owned_here(key):  # our request was granted (R4: ask sooner)
+                    self.latencies.of(asked[0]).granted()
+                else:
+                    self._settle_asked(key)
         self._move(moves, now_ms, out)
         self._request_waiting(now_ms, out)
         return out
@@ -490,8 +497,14 @@ class QueueReplica:
             self._waiting[key] = waited
 
     def _requeue_refused(self) -> None:
-        """`_settle_asked` for every outstanding request (after requests timed out)."""
-        for key in list(self._asked):
+        """`_settle_asked` for every outstanding request that timed out: a refusal (R4: the
+        owner's estimator waits longer again)."""
+        ownership = self.ownership
+        requested = OwnershipState.REQUESTED
+        for key in [k for k in self._asked if ownership.state_of(k) is not requested]:
+            owner = ownership.owner_of(key)
+            if owner is not None:
+                self.latencies.of(owner[0]).refused()
             self._settle_asked(key)
 
     def _request_waiting(self, now_ms: int, out: list[ReplicaAction]) -> None:

@@ -64,3 +64,42 @@ def test_one_estimator_per_owner() -> None:
         sample(latencies.of("a"), key, 30)
     latencies.of("c")
     assert latencies.estimates_ms() == {"a": 30, "c": 500}
+
+
+def test_grants_shorten_the_wait_and_refusals_restore_it() -> None:
+    """R4: a granted request shows the owner had no local taker for a message that waited that
+    long: ask sooner (halving, down to min_ms). An unanswered one (a refusal) shows its
+    consumers take its messages: the wait doubles back, never beyond the typical time."""
+    estimator = TransferLatency(OPTIONS)
+    estimator.granted()
+    assert estimator.estimate_ms() == 250
+    estimator.granted()
+    assert estimator.estimate_ms() == 125
+    for _ in range(20):
+        estimator.granted()
+    assert estimator.estimate_ms() == OPTIONS.min_ms
+    for _ in range(8):
+        estimator.refused()
+    assert estimator.estimate_ms() == 256
+    estimator.refused()
+    assert estimator.estimate_ms() == 500  # the default again, and no further
+    estimator.refused()
+    assert estimator.estimate_ms() == 500
+
+
+def test_samples_bound_what_grants_learned() -> None:
+    """The learned wait never exceeds the measured typical time, however that moves."""
+    estimator = TransferLatency(OPTIONS)
+    for _ in range(3):
+        estimator.granted()  # 250, 125, 62
+    for key in range(4):
+        sample(estimator, key, 40)
+    assert estimator.estimate_ms() == 40
+    for key in range(4, 12):
+        sample(estimator, key, 400)
+    assert estimator.estimate_ms() == 62
+    estimator.refused()
+    assert estimator.estimate_ms() == 124
+    for _ in range(3):
+        estimator.refused()
+    assert estimator.estimate_ms() == 400

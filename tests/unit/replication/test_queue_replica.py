@@ -271,3 +271,36 @@ def test_the_latency_estimate_learns_from_peers_acks_of_waiting_messages() -> No
     assert cluster.holders(moved) == ["a"]  # by transfer
     assert "a" not in cluster.nodes["a"].replica.latencies.estimates_ms()
     cluster.check()
+
+
+def test_an_owner_that_grants_is_asked_sooner_and_one_that_refuses_later() -> None:
+    """R4, R5: after a grant (the owner had no taker) the next message is asked for before the
+    default has passed; once the owner's own subscriber takes its messages and a request goes
+    unanswered, the wait goes back up to the typical time."""
+    cluster = ReplicaCluster()
+    cluster.subscribe("c")
+    first = cluster.publish("a")
+    cluster.flush()
+    cluster.tick(LATENCY.default_ms + 1)
+    cluster.flush()
+    assert cluster.holders(first) == ["c"]  # asked after the default, granted
+    estimates = cluster.nodes["c"].replica.latencies
+    assert estimates.estimates_ms() == {"a": LATENCY.default_ms // 2}
+    second = cluster.publish("a")
+    cluster.flush()
+    cluster.tick(LATENCY.default_ms // 2 + 1)
+    cluster.flush()
+    assert cluster.holders(second) == ["c"]  # sooner
+    cluster.subscribe("a")
+    third = cluster.publish("a")
+    cluster.flush()
+    assert cluster.holders(third) == ["a"]  # R3: the owner's subscriber first
+    waited = estimates.estimates_ms()["a"]
+    cluster.tick(waited + 1)
+    cluster.flush()
+    assert cluster.holders(third) == ["a"]  # refused: silence
+    cluster.tick(50)  # the request timeout: unanswered
+    cluster.flush()
+    assert estimates.estimates_ms()["a"] == 2 * waited
+    assert cluster.nodes["c"].replica.statistics().requests_unanswered == 1
+    cluster.check()
