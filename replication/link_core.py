@@ -6,9 +6,11 @@ peer sends is the adapter's job (`Apply`), through the instance's one de-duplica
 Rule 2: only durable records are sent, and a batch is acknowledged only once every record in
 it is durable on the receiver (`RecordsDurable` comes from the adapter after its fsync). So a
 position a side reports in its `Hello` is always on disk, and resuming from it loses nothing.
-Rule 3: the sender sends at once while fewer than `window_batches` batches are unacknowledged,
-and lets records gather into the next batch while the window is full (`should_send_now`):
-an idle link adds no delay and a busy one pays one gRPC message per batch, not per record.
+Rule 3: the sender sends at once while fewer than `window_batches` batches and `window_bytes`
+bytes are unacknowledged, and lets records gather into the next batch while the window is full
+(`should_send_now`): an idle link adds no delay and a busy one pays one gRPC message per batch,
+not per record. The window is wide enough to cover the receiver's fsync: a batch held back
+until an ack arrives misses the receiver's next group commit and waits a whole fsync more.
 Rule 4: one link per pair carries both directions. Either side may have a destination for the
 other (two-way), or only one side (one-way); the other side then only acknowledges.
 
@@ -88,7 +90,11 @@ class LinkLimits:
 
     max_batch_records: int = 1000
     max_batch_bytes: int = 1 << 20
-    window_batches: int = 4
+    # Batches sent and not yet acknowledged: at a steady rate a batch leaves per local commit
+    # and an ack comes back per commit of the receiver, so a window of a few batches fills
+    # whenever the receiver's fsync takes a few of ours; the bytes bound the memory instead.
+    window_batches: int = 64
+    window_bytes: int = 8 << 20
     heartbeat_interval_ms: int = 1000
     peer_timeout_ms: int = 10_000
     max_reads_per_step: int = 4
@@ -204,9 +210,9 @@ class LinkStatistics:
     last_heard_ms: int | None
 
 
-def should_send_now(in_flight_batches: int, window_batches: int) -> bool:
+def should_send_now(in_flight_batches: int, in_flight_bytes: int, limits: LinkLimits) -> bool:
     """Send now while the window has room; under load records gather into the next batch."""
-    return in_flight_batches < window_batches
+    return in_flight_batches < limits.window_batches and in_flight_bytes < limits.window_bytes
 
 
 class LinkCore:
@@ -243,7 +249,9 @@ class LinkCore:
         # sender: the destination configured for this peer, if any (one-way links have none)
         self._route: Route | None = routes.get(peer)
         self._cursor = 0  # next local txid to read
-        self._in_flight: deque[tuple[int, int]] = deque()  # (batch_id, through_txid)
+        # (batch_id, through_txid, size_bytes) of each batch sent and not yet acknowledged
+        self._in_flight: deque[tuple[int, int, int]] = deque()
+        self._in_flight_bytes = 0
         self._next_batch_id = 1
         self.acked_through_txid = 0
         self._unacked_since_ms: int | None = None
@@ -451,6 +459,7 @@ class LinkCore:
     def _start_sending(self, held: tuple[OriginPosition, ...]) -> None:
         """R10: resume after what the peer holds from us, if our log agrees it is ours."""
         self._in_flight.clear()
+        self._in_flight_bytes = 0
         start = self.log.first_txid
         if held and all(self._is_ours(p) for p in held):
             start = max(start, max(p.upstream_txid for p in held) + 1)
@@ -481,7 +490,7 @@ class LinkCore:
         reads = 0
         acked_before = self.acked_through_txid
         while self._cursor <= self.log.durable_txid and should_send_now(
-            len(self._in_flight), limits.window_batches
+            len(self._in_flight), self._in_flight_bytes, limits
         ):
             if reads == limits.max_reads_per_step:
                 self._more = True
@@ -506,7 +515,8 @@ class LinkCore:
             if chosen:
                 batch = Batch(self._next_batch_id, through, tuple(chosen))
                 self._next_batch_id += 1
-                self._in_flight.append((batch.batch_id, through))
+                self._in_flight.append((batch.batch_id, through, size_bytes))
+                self._in_flight_bytes += size_bytes
                 self._batches_sent += 1
                 self._records_sent += len(chosen)
                 actions.append(self._send(batch, now_ms))
@@ -552,7 +562,7 @@ class LinkCore:
 
     def _on_ack(self, through_txid: int, now_ms: int) -> list[Action]:
         in_flight = self._in_flight
-        if all(through != through_txid for _, through in in_flight):
+        if all(through != through_txid for _, through, _ in in_flight):
             # Acks name the end of a batch in flight; anything else would let us count as
             # delivered what the peer never received.
             return self._refuse(
@@ -561,7 +571,7 @@ class LinkCore:
                 "batch in flight",
             )
         while in_flight and in_flight[0][1] <= through_txid:
-            in_flight.popleft()
+            self._in_flight_bytes -= in_flight.popleft()[2]
         acked = through_txid if in_flight else self._cursor - 1
         actions: list[Action] = []
         if acked > self.acked_through_txid:
@@ -640,6 +650,7 @@ class LinkCore:
         self.state = LinkState.IDLE
         self.close_reason = reason
         self._in_flight.clear()
+        self._in_flight_bytes = 0
         self._pending_positions.clear()
         self.received_through_txid = 0
         self._more = False
@@ -669,7 +680,8 @@ class LinkCore:
     def check_invariants(self) -> None:
         """Cross-checks run after every step in tests."""
         assert len(self._in_flight) <= self.limits.window_batches
-        throughs = [through for _, through in self._in_flight]
+        throughs = [through for _, through, _ in self._in_flight]
+        assert self._in_flight_bytes == sum(size for _, _, size in self._in_flight)
         assert throughs == sorted(throughs)
         if self.state is LinkState.READY and self.sends:
             assert self.acked_through_txid <= self._cursor - 1 <= self.log.durable_txid

@@ -12,6 +12,7 @@ from replication.link_core import (
     Connected,
     FrameReceived,
     LinkCore,
+    LinkLimits,
     LinkState,
     LogAdvanced,
     PeerAcked,
@@ -80,11 +81,34 @@ def test_a_batch_is_sent_at_once_on_an_idle_link_and_batches_grow_under_load() -
         net.flush("a")
     # The window (2 batches) filled; the rest waits for an ack and then goes in full batches.
     assert len(net.streams[("a", "b")]) == LIMITS.window_batches
-    assert should_send_now(1, 2)
-    assert not should_send_now(2, 2)
+    assert should_send_now(1, 0, LIMITS)
+    assert not should_send_now(2, 0, LIMITS)
     net.settle()
     check_converged(net)
     assert a.links["b"].statistics(0).batches_sent < 21
+
+
+def test_the_window_also_bounds_the_bytes_in_flight() -> None:
+    """Rule 3: a wide window of batches is still bounded by the bytes not yet acknowledged."""
+    net = pair()
+    net.connect("a", "b")
+    while net.deliver("a", "b") or net.deliver("b", "a"):
+        pass
+    a = net.instances["a"]
+    # One 1-byte record per batch, room for 64 batches but only 3 bytes.
+    a.links["b"].limits = LinkLimits(max_batch_records=1, window_batches=64, window_bytes=3)
+    for _ in range(10):
+        a.publish()
+    net.flush("a")
+    assert len(net.streams[("a", "b")]) == 3
+    assert not should_send_now(0, 3, a.links["b"].limits)
+    net.deliver("a", "b")
+    net.flush("b")  # durable on b: b acks the first batch
+    net.deliver("b", "a")  # the ack makes room for one more
+    assert len(net.streams[("a", "b")]) == 3
+    a.links["b"].check_invariants()
+    net.settle()
+    check_converged(net)
 
 
 def test_acks_come_only_after_the_records_are_durable_on_the_receiver() -> None:
