@@ -11,12 +11,13 @@ the stream dialled by the instance with the smaller Name is kept and the other i
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
+from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
 from pathlib import Path
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
@@ -31,7 +32,7 @@ from amps.v1 import replication_pb2_grpc as pb_grpc
 from replication.admission import Admission
 from replication.convert import BadFrame, from_pb, to_pb
 from replication.downgrade import sync_decisions
-from replication.frames import Hello, OriginPosition, Refusal, TransferRequest
+from replication.frames import Ack, Batch, Hello, OriginPosition, Refusal, TransferRequest
 from replication.link_core import (
     Action,
     Apply,
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from amps.config import Config
     from amps.config.model import TlsConfig
     from amps.metrics import ReplicationSnapshot
+    from amps.server.hops import HopStatistics
     from amps.server.instance import Instance
 
 log = logging.getLogger("amps.replication")
@@ -70,6 +72,8 @@ DEFAULT_RECONNECT_S = 1.0
 MAX_REFUSED_RECONNECT_S = 60.0
 # The journal keeps this much of its latest frames for links that keep up (no re-encoding).
 KEPT_FRAMES_BYTES = 16 * 1024 * 1024
+# Log advances and batches in flight timed per link (hops statistics); older ones are dropped.
+MAX_TIMED = 1024
 GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", GRPC_MAX_FRAME_BYTES),
@@ -92,11 +96,17 @@ class _Session:
         self.core = core
         self.stream = stream
         self.generation = generation
-        self.outgoing: asyncio.Queue[pb.LinkFrame | None] = asyncio.Queue()
+        # (frame, the txid a batch ends at or 0, when it was queued) or None: close
+        self.outgoing: asyncio.Queue[tuple[pb.LinkFrame, int, int] | None] = asyncio.Queue()
         self.closed = asyncio.Event()  # asked to close (or the writer ended)
         self.finished = asyncio.Event()  # detached from its core: the core is IDLE again
         self.timer: asyncio.TimerHandle | None = None
+        self.timer_deadline_ms: int | None = None
         self.dialled = False
+        # Hop timings (perf_counter_ns): (durable txid, when) of each log advance not yet sent,
+        # and (batch through txid, when written) of each batch not yet acknowledged.
+        self.advanced: deque[tuple[int, int]] = deque(maxlen=MAX_TIMED)
+        self.written: deque[tuple[int, int]] = deque(maxlen=MAX_TIMED)
 
 
 class _CachedLog:
@@ -179,6 +189,9 @@ class Replicator:
         self._loop = asyncio.get_running_loop()
         self._stopping = False
         self._idle: dict[str, asyncio.Event] = {}
+        # Applied batches waiting to be durable here: (local txid they need durable, session,
+        # the peer's batch through txid, when received), oldest first.
+        self._awaiting: deque[tuple[int, _Session, int, int]] = deque()
         for name in self.routes:
             self._core(name)
 
@@ -264,9 +277,17 @@ class Replicator:
     # -- hooks from the instance ------------------------------------------------------------
 
     def log_advanced(self) -> None:
-        """The local log's durable txid moved: ready links send what is new."""
+        """The local log's durable txid moved: acknowledge the peers' batches it covers, and
+        ready links send what is new. Called before the commit's local fan-out, so neither a
+        sync origin's persisted acks nor a destination's copy waits for local subscribers."""
+        awaiting, durable_txid = self._awaiting, self._log.durable_txid
+        while awaiting and awaiting[0][0] <= durable_txid:
+            _target, session, through, received_ns = awaiting.popleft()
+            self._durable(session, through, received_ns)
+        durable = (durable_txid, perf_counter_ns())
         for session in list(self._sessions.values()):
             if session.core.state is LinkState.READY and session.core.sends:
+                session.advanced.append(durable)
                 self._step(session, LogAdvanced())
         now_ms = self.instance.now_ms()
         for peer, core in self.cores.items():
@@ -564,18 +585,45 @@ class Replicator:
             except BadFrame as exc:
                 log.warning("replication link to %s: %s", session.core.peer, exc)
                 return
+            if isinstance(frame, Ack):
+                self._timed_ack(session, frame.through_txid)
             self._step(session, FrameReceived(frame))
             if session.closed.is_set():
                 return
 
     async def _write_loop(self, session: _Session) -> None:
         queue = session.outgoing
+        hops = self._hops
         while True:
-            message = await queue.get()
-            if message is None:
+            item = await queue.get()
+            if item is None:
                 session.closed.set()
                 return
+            message, through, queued_ns = item
             await session.stream.write(message)
+            if through:
+                written_ns = perf_counter_ns()
+                hops.link_write.add(written_ns - queued_ns)
+                session.written.append((through, written_ns))
+
+    def _timed_ack(self, session: _Session, through_txid: int) -> None:
+        """Hops: the batches this ack covers, from written to acknowledged."""
+        written, now_ns = session.written, perf_counter_ns()
+        while written and written[0][0] <= through_txid:
+            self._hops.link_ack_wait.add(now_ns - written.popleft()[1])
+
+    def _timed_send(self, session: _Session, batch: Batch) -> None:
+        """Hops: from the log advance that made the batch's first record durable to now."""
+        first = batch.records[0].txid
+        advanced = session.advanced
+        while advanced and advanced[0][0] < first:
+            advanced.popleft()
+        if advanced:
+            self._hops.link_send_wait.add(perf_counter_ns() - advanced[0][1])
+
+    @property
+    def _hops(self) -> HopStatistics:
+        return self.instance.statistics.hops
 
     def _step(self, session: _Session, event: object) -> None:
         core = session.core
@@ -608,11 +656,18 @@ class Replicator:
     def _execute(self, session: _Session, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Send):
-                session.outgoing.put_nowait(to_pb(action.frame, *self._log.frames))
+                frame = action.frame
+                through = 0
+                if isinstance(frame, Batch):
+                    self._timed_send(session, frame)
+                    through = frame.through_txid
+                message = to_pb(frame, *self._log.frames)
+                session.outgoing.put_nowait((message, through, perf_counter_ns()))
             elif isinstance(action, Apply):
-                self.instance.append_replicated(action.records)
-                through = action.through_txid
-                self.instance.when_durable(functools.partial(self._durable, session, through))
+                received_ns = perf_counter_ns()
+                self.instance.append_replicated(action.records)  # wants a commit
+                target = self.instance.journal.last_txid
+                self._awaiting.append((target, session, action.through_txid, received_ns))
             elif isinstance(action, PeerAcked):
                 self.instance.release_persisted_acks()
             elif isinstance(action, RequestArrived):
@@ -621,15 +676,19 @@ class Replicator:
                 _log_close(session.core.peer, action)
                 session.outgoing.put_nowait(None)
 
-    def _durable(self, session: _Session, through_txid: int) -> None:
+    def _durable(self, session: _Session, through_txid: int, received_ns: int) -> None:
+        self._hops.replicated_durable.add(perf_counter_ns() - received_ns)
         if self._sessions.get(session.core.peer) is session:
             self._step(session, RecordsDurable(through_txid))
 
     def _arm(self, session: _Session) -> None:
+        deadline = session.core.next_deadline_ms()
         if session.timer is not None:
+            if deadline == session.timer_deadline_ms:
+                return  # most steps move no deadline: keep the timer rather than make another
             session.timer.cancel()
             session.timer = None
-        deadline = session.core.next_deadline_ms()
+        session.timer_deadline_ms = deadline
         if deadline is None:
             return
         delay_s = max(0.0, deadline / 1000 - self._loop.time())
@@ -671,9 +730,13 @@ class Replicator:
     # -- positions ---------------------------------------------------------------------------
 
     async def _save_loop(self) -> None:
+        saved: list[tuple[str, OriginPosition]] = []
         while True:
             await asyncio.sleep(SAVE_INTERVAL_S)
-            self.save_positions()
+            entries = self.book.entries()
+            if entries != saved:  # an idle link writes nothing (no disk work on the loop)
+                self.save_positions()
+                saved = entries
 
     def save_positions(self) -> None:
         """Write the position book (it may lag what is durable: a lag only causes resends)."""

@@ -4,7 +4,9 @@ The hops of a queue message between its consumer's ack and the next delivery, an
 on its way out: handling a received frame (the server loop), the queue step of an ack (engine
 and the deliveries it frees, encoded), waiting in the outbox, gRPC taking the frame, and the
 removal record becoming durable (lazily, Q15: no delivery waits for it). Counters say which way
-the deliveries went. Read through the admin interface (`/amps/instance`, key `hops`).
+the deliveries went. And a replicated batch's hops (issue 8): on the sender, records durable ->
+batch handed to the link's writer -> written -> acknowledged by the peer; on the receiver, batch
+received -> durable here. Read through the admin interface (`/amps/instance`, key `hops`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,15 @@ class HopStatistics:
     frame_write: Span = field(default_factory=Span)
     # A lazily committed removal record (ack, expiry) appended -> durable.
     removal_durable: Span = field(default_factory=Span)
+    # Replication sender: the local log durable -> the batch carrying those records queued for
+    # the link's writer (waits here when the link's window of unacknowledged batches is full).
+    link_send_wait: Span = field(default_factory=Span)
+    # The batch queued for the writer -> gRPC took it (behind earlier frames of the link).
+    link_write: Span = field(default_factory=Span)
+    # The batch written -> the peer's ack of it (the peer's append and fsync, the way back).
+    link_ack_wait: Span = field(default_factory=Span)
+    # Replication receiver: a batch received -> durable here (its ack is queued then).
+    replicated_durable: Span = field(default_factory=Span)
     # Deliveries queued in the queue step of the ack that made room for them: no timer, no
     # commit between the ack and the delivery.
     deliveries_after_ack: int = 0
@@ -70,6 +81,10 @@ class HopStatistics:
             "outbox_wait": self.outbox_wait.as_json(),
             "frame_write": self.frame_write.as_json(),
             "removal_durable": self.removal_durable.as_json(),
+            "link_send_wait": self.link_send_wait.as_json(),
+            "link_write": self.link_write.as_json(),
+            "link_ack_wait": self.link_ack_wait.as_json(),
+            "replicated_durable": self.replicated_durable.as_json(),
             "deliveries_after_ack": self.deliveries_after_ack,
             "deliveries_held_for_commit": self.deliveries_held_for_commit,
             "frames_idle": self.frames_idle,

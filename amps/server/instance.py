@@ -393,15 +393,19 @@ class Instance:
         if ready:
             put = self.records.put
             for record in ready:
-                put(record)
+                put(record)  # before the links read them: the cache spares a journal read
             self.origin_positions.dispatched(ready)
+        if self.replicator is not None:
+            # Before the local fan-out: the copy on a destination (and, for a sync one, the
+            # publishers' persisted acks) waits for a link hop and the peer's fsync, the local
+            # subscribers for nothing more.
+            self.replicator.log_advanced()
+        if ready:
             if len(self.subscriptions):  # none: no per-record look-up (a catching-up peer)
                 fan_out = self.fan_out
                 for record in ready:
                     fan_out(record)
             self.queues.on_durable(ready, self.now_ms())
-        if self.replicator is not None:
-            self.replicator.log_advanced()
         if self._durable_callbacks:
             due = [cb for target, cb in self._durable_callbacks if target <= durable_txid]
             self._durable_callbacks = [

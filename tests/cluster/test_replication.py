@@ -7,8 +7,10 @@ on every instance, all zero.
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -31,6 +33,14 @@ def mesh(tmp_path: Path) -> Iterator[Cluster]:
         yield running
     finally:
         running.kill()
+
+
+def instance_status(instance: InstanceProcess) -> dict[str, Any]:
+    """The instance's `/amps/instance` admin view."""
+    url = f"http://127.0.0.1:{instance.admin_port}/amps/instance"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        status: dict[str, Any] = orjson.loads(response.read())
+    return status
 
 
 async def publish(instance: InstanceProcess, publisher: str, count: int, start: int = 1) -> None:
@@ -78,6 +88,12 @@ async def test_publish_on_each_read_on_every_other_in_order_with_the_same_bookma
         assert_clean(check(((p, n) for p, n, _ in got), expected), name)
         for publisher, number, bookmark in got:
             assert bookmarks.setdefault((publisher, number), bookmark) == bookmark
+    # Where a replicated message's time went (amps.server.hops): every instance sent batches
+    # that were acknowledged, and made its peers' batches durable.
+    for name in NAMES:
+        hops = (await asyncio.to_thread(instance_status, mesh[name]))["hops"]
+        for hop in ("link_send_wait", "link_write", "link_ack_wait", "replicated_durable"):
+            assert hops[hop]["count"] > 0, (name, hop, hops)
 
 
 async def test_every_instance_logs_each_link_up_whichever_side_dialled(mesh: Cluster) -> None:
