@@ -1,13 +1,19 @@
 """Replication benchmarks (issue 8): each figure next to the single-instance figure of the
 same run, as a ratio. Prints; asserts nothing.
 
-`.venv/bin/python -m bench.bench_replication [--quick] [--messages N] [--catch-up N]`
+`.venv/bin/python -m bench.bench_replication [--quick] [--messages N] [--catch-up N]
+[--only lag,latency,...]`
 
 1. durable publish, 1 KB, one client process: alone, with one sync destination, with one
    async destination;
 2. persisted-ack latency at a steady 5,000 msg/s: alone and with one sync destination;
-3. replication lag (publish on A -> delivered live on B), async destination, steady rate, beside
-   publish -> live delivery on one instance (its one fsync and no link) at the same rate;
+3. replication lag, publish on A -> durable on B, async destination, at a steady 5,000 msg/s,
+   beside publish -> live delivery on one instance (its one fsync and no link) at the same rate.
+   "Durable on B" is measured as the live delivery on B: B delivers a replicated publish only
+   after its own fsync made it durable (`Instance._after_commit`), so the delivery's arrival at
+   the subscriber is an upper bound of the moment it was durable. With each lag figure the
+   instances' own hop timings (`/amps/instance` `hops`: A's link send wait, write and ack wait,
+   B's receive -> durable) and both fsync means say where the time went;
 4. catch-up of an instance that missed N messages, against the origin's own epoch replay;
 5. per record, in-process: what a link costs on each side (read, frame, decode, append), the
    old way (records encoded again, appended one at a time) beside the frames-as-logged way;
@@ -26,6 +32,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +41,7 @@ from pathlib import Path
 import orjson
 
 from amps.client import Client
+from bench.bench_backlog import instance_hops
 from bench.bench_broker import (
     LATENCY_RATE_PER_S,
     TOPIC,
@@ -46,7 +54,20 @@ from bench.peers import ensure_nats, nats_cluster
 from tests.harness.cluster import Cluster, Link, cluster, full_mesh
 from tests.harness.instance import InstanceProcess
 
-LAG_RATE_PER_S = 2_000
+LAG_RATE_PER_S = 5_000
+LAG_TOPIC = "lag"
+SECTIONS = ("publish", "latency", "lag", "catch-up", "costs", "peer")
+# The hops (amps.server.hops) printed as means: a frame of commands handled, deliveries waiting
+# for and taken by gRPC, the sender's link hops and the receiver's receive -> durable.
+HOPS = (
+    "frame_handling",
+    "outbox_wait",
+    "frame_write",
+    "link_send_wait",
+    "link_write",
+    "link_ack_wait",
+    "replicated_durable",
+)
 NATS_WINDOW = 1000  # JetStream publishes in flight, as the issue's reference run
 NATS_START_TIMEOUT_S = 30.0
 
@@ -74,31 +95,103 @@ def latency_p99_ms(address: str, seconds: float) -> float:
     return percentile(latencies, 0.99) * 1000
 
 
-async def _lag(source: str, target: str, messages: int) -> list[float]:
-    """Publish on `source` at LAG_RATE_PER_S with the send time inside; receive live on
-    `target`; each message's lag is receive time - send time (one machine, one clock)."""
-    lags: list[float] = []
-    async with Client("bench-lag-sub") as sub, Client("bench-lag-pub") as pub:
-        await sub.connect(target)
-        await pub.connect(source)
-        subscription = await sub.subscribe("lag")
+async def _lag(source: str, targets: list[str], messages: int) -> list[dict[int, float]]:
+    """Publish on `source` at LAG_RATE_PER_S, each message with its index and send time; each
+    target's subscriber, a process of its own (so neither side's Python work delays the
+    other's clock readings), reports when each index arrived. Per target: index -> lag in s
+    (one machine: CLOCK_MONOTONIC is shared by its processes)."""
+    command = [sys.executable, "-m", "bench.bench_replication", "--messages", str(messages)]
+    subscribers = [
+        await asyncio.create_subprocess_exec(
+            *command, "--subscriber", target, stdout=asyncio.subprocess.PIPE
+        )
+        for target in targets
+    ]
+    try:
+        for subscriber in subscribers:
+            assert subscriber.stdout is not None
+            async with asyncio.timeout(60):
+                assert (await subscriber.stdout.readline()).strip() == b"ready"
+        async with Client("bench-lag-pub") as pub:
+            await pub.connect(source)
+            started = time.monotonic()
+            for index in range(messages):
+                due = started + index / LAG_RATE_PER_S
+                delay = due - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                data = {"i": index, "t": time.monotonic(), "pad": "x" * 1000}
+                await pub.publish(LAG_TOPIC, orjson.dumps(data))
+            await pub.flush()
+        results = []
+        for subscriber in subscribers:
+            async with asyncio.timeout(120):
+                out, _ = await subscriber.communicate()
+            results.append({int(i): lag for i, lag in orjson.loads(out)})
+    finally:
+        for subscriber in subscribers:
+            if subscriber.returncode is None:
+                subscriber.kill()
+    return results
 
-        async def receive() -> None:
-            async for message in subscription:
-                lags.append(time.monotonic() - orjson.loads(message.data)["t"])
-                if len(lags) >= messages:
-                    return
 
-        receiver = asyncio.ensure_future(receive())
-        started = time.monotonic()
-        for index in range(messages):
-            due = started + index / LAG_RATE_PER_S
-            delay = due - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await pub.publish("lag", orjson.dumps({"t": time.monotonic(), "pad": "x" * 1000}))
-        await asyncio.wait_for(receiver, 120)
-    return sorted(lags)
+async def _subscribe(address: str, messages: int) -> None:
+    """The subscriber process of `_lag`: prints "ready", then [[index, lag], ...]."""
+    lags: list[tuple[int, float]] = []
+    async with Client(f"bench-lag-sub-{os.getpid()}") as sub:
+        await sub.connect(address)
+        subscription = await sub.subscribe(LAG_TOPIC)
+        print("ready", flush=True)
+        async for message in subscription:
+            received = time.monotonic()
+            body = orjson.loads(message.data)
+            lags.append((body["i"], received - body["t"]))
+            if len(lags) >= messages:
+                break
+    sys.stdout.buffer.write(orjson.dumps(lags))
+
+
+def fsync_mean_ms(before: dict[str, float], after: dict[str, float]) -> float:
+    """The instance's mean fsync between two scrapes, in ms."""
+    count = after["amps_journal_fsync_seconds_count"] - before["amps_journal_fsync_seconds_count"]
+    total = after["amps_journal_fsync_seconds_sum"] - before["amps_journal_fsync_seconds_sum"]
+    return total / count * 1000 if count else float("nan")
+
+
+def hop_means(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], names: tuple[str, ...]
+) -> str:
+    """Mean of each named hop between two reads of `/amps/instance` `hops`."""
+    parts = []
+    for name in names:
+        count = after[name]["count"] - before[name]["count"]
+        total_us = after[name]["total_us"] - before[name]["total_us"]
+        mean = f"{total_us / count / 1000:.2f} ms" if count else "-"
+        parts.append(f"{name} {mean} (x{count:,.0f})")
+    return ", ".join(parts)
+
+
+class Observed:
+    """Hops and fsyncs of some instances around a measurement."""
+
+    def __init__(self, **instances: InstanceProcess) -> None:
+        self.instances = instances
+        self.before = {n: (instance_hops(i), scrape(i.admin_port)) for n, i in instances.items()}
+
+    def report(self) -> str:
+        parts = []
+        for name, instance in self.instances.items():
+            hops_before, metrics_before = self.before[name]
+            hops_after, metrics_after = instance_hops(instance), scrape(instance.admin_port)
+            fsync = fsync_mean_ms(metrics_before, metrics_after)
+            names = tuple(
+                n
+                for n in HOPS
+                if hops_after.get(n, {}).get("count", 0) > hops_before.get(n, {}).get("count", 0)
+            )
+            hops = hop_means(hops_before, hops_after, names)
+            parts.append(f"{name}: fsync {fsync:.2f} ms, {hops}")
+        return "; ".join(parts)
 
 
 def cpu_s(process: InstanceProcess) -> float:
@@ -298,45 +391,107 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=None, help="publishes per rate run")
     parser.add_argument("--catch-up", type=int, default=None, help="messages b misses")
     parser.add_argument("--seconds", type=float, default=None, help="latency run length")
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the lag and latency runs")
+    parser.add_argument("--subscriber", metavar="ADDRESS", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.subscriber:
+        asyncio.run(_subscribe(args.subscriber, args.messages))
+        return
     messages = args.messages or (20_000 if args.quick else 100_000)
     missed = args.catch_up or (50_000 if args.quick else 1_000_000)
     seconds = args.seconds or (3.0 if args.quick else 6.0)
+    only = set(args.only.split(","))
+    assert only <= set(SECTIONS), f"--only takes {', '.join(SECTIONS)}"
     print(f"bench_replication: 1 KB JSON, topic {TOPIC!r}; shared machine: read the ratios")
+    if "publish" in only:
+        publish_rates(messages)
+    for _ in range(args.rounds):
+        if "latency" in only:
+            persisted_ack_latency(seconds)
+        if "lag" in only:
+            replication_lag(max(messages // 2, LAG_RATE_PER_S))
+    if "catch-up" in only:
+        catch_up(missed)
+    if "costs" in only:
+        link_costs(messages)
+    if "peer" in only:
+        peer_comparison(messages)
+
+
+def publish_rates(messages: int) -> None:
+    """Item 1: durable publish, alone and with one sync / one async destination."""
     with temp_instance("alone") as alone:
         rate_alone = publish_rate(alone.address, messages, "alone")
-        p99_alone = latency_p99_ms(alone.address, seconds)
-        # The lag's reference: publish -> live delivery on one instance (one fsync, no link).
-        local = asyncio.run(_lag(alone.address, alone.address, messages // 2))
     with pair(sync=True) as running:
         rate_sync = publish_rate(running["a"].address, messages, "sync")
-        p99_sync = latency_p99_ms(running["a"].address, seconds)
     with pair(sync=False) as running:
         rate_async = publish_rate(running["a"].address, messages, "async")
-        lags = asyncio.run(_lag(running["a"].address, running["b"].address, messages // 2))
     print(
         f"durable publish, 1 client: alone {rate_alone:,.0f} msg/s; one sync destination "
         f"{rate_sync:,.0f} msg/s ({rate_sync / rate_alone:.2f}x); one async destination "
         f"{rate_async:,.0f} msg/s ({rate_async / rate_alone:.2f}x)",
         flush=True,
     )
+
+
+def persisted_ack_latency(seconds: float) -> None:
+    """Item 2: persisted-ack p99 at a steady rate, alone and with one sync destination (a's
+    persisted ack waits for b's fsync and b's ack)."""
+    with temp_instance("alone") as alone:
+        observed = Observed(alone=alone)
+        p99_alone = latency_p99_ms(alone.address, seconds)
+        alone_hops = observed.report()
+    with pair(sync=True) as running:
+        observed = Observed(a=running["a"], b=running["b"])
+        p99_sync = latency_p99_ms(running["a"].address, seconds)
+        sync_hops = observed.report()
     print(
         f"persisted-ack p99 at {LATENCY_RATE_PER_S:,} msg/s: alone {p99_alone:.2f} ms; one sync "
-        f"destination {p99_sync:.2f} ms ({p99_sync / p99_alone:.2f}x)",
+        f"destination {p99_sync:.2f} ms ({p99_sync / p99_alone:.2f}x)\n"
+        f"  {alone_hops}\n  {sync_hops}",
         flush=True,
     )
-    lag_ms = [percentile(lags, f) * 1000 for f in (0.5, 0.99, 1.0)]
-    local_ms = [percentile(local, f) * 1000 for f in (0.5, 0.99, 1.0)]
+
+
+def replication_lag(messages: int) -> None:
+    """Item 3: publish on a -> durable on b (its live delivery), async, beside the same
+    publish -> live delivery on one instance; and, per message, what b's delivery adds to
+    a's own (the link, b's append and fsync)."""
+    with temp_instance("alone") as alone:
+        observed = Observed(alone=alone)
+        (local,) = asyncio.run(_lag(alone.address, [alone.address], messages))
+        alone_hops = observed.report()
+    with pair(sync=False) as running:
+        observed = Observed(a=running["a"], b=running["b"])
+        on_a, on_b = asyncio.run(
+            _lag(running["a"].address, [running["a"].address, running["b"].address], messages)
+        )
+        pair_hops = observed.report()
+    added = sorted(on_b[i] - on_a[i] for i in on_b if i in on_a)
+
+    def ms(values: list[float]) -> str:
+        ordered = sorted(values)
+        quantiles = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+        return ", ".join(f"{n} {percentile(ordered, q) * 1000:.1f}" for n, q in quantiles)
+
+    lag_p99 = percentile(sorted(on_b.values()), 0.99)
+    local_p99 = percentile(sorted(local.values()), 0.99)
     print(
-        f"replication lag (publish on a -> live delivery on b, async) at {LAG_RATE_PER_S:,} "
-        f"msg/s over {len(lags):,}: p50 {lag_ms[0]:.1f} ms, p99 {lag_ms[1]:.1f} ms, "
-        f"max {lag_ms[2]:.1f} ms; on one instance (publish -> live delivery, no link): p50 "
-        f"{local_ms[0]:.1f} ms, p99 {local_ms[1]:.1f} ms, max {local_ms[2]:.1f} ms",
+        f"replication lag at {LAG_RATE_PER_S:,} msg/s, async, {len(on_b):,} messages, in ms "
+        f"(target p99 <= 10):\n"
+        f"  publish on a -> durable on b (b's live delivery, made after b's fsync): "
+        f"{ms(list(on_b.values()))}\n"
+        f"  one instance, publish -> live delivery (one fsync, no link): {ms(list(local.values()))}"
+        f" (p99 ratio {lag_p99 / local_p99:.2f}x)\n"
+        f"  the same run, publish on a -> live delivery on a: {ms(list(on_a.values()))}\n"
+        f"  per message, delivery on b - delivery on a (the link, b's append and fsync): "
+        f"{ms(added)}\n"
+        f"  {alone_hops}\n  {pair_hops}",
         flush=True,
     )
-    catch_up(missed)
-    link_costs(messages)
-    peer_comparison(messages)
 
 
 if __name__ == "__main__":
