@@ -136,6 +136,8 @@ class ReplicationSnapshot:
     destinations: tuple[DestinationSnapshot, ...] = ()
     # (peer, origin, origin txid held from that origin over that peer's link)
     origins: tuple[tuple[str, str, int], ...] = ()
+    # (origin, messages behind it, seconds behind it): replication/origins.py
+    origin_lag: tuple[tuple[str, int, float], ...] = ()
     # (instance, messages received over its link)
     received: tuple[tuple[str, int], ...] = ()
     # (instance, seconds since heard by any path)
@@ -692,6 +694,19 @@ REPLICATION_ORIGIN_TXID = MetricSpec(
     "The origin's txid of the last record held from that origin over the peer's link",
     ("node", "peer", "origin"),
 )
+REPLICATION_ORIGIN_BEHIND = MetricSpec(
+    "amps_replication_origin_behind_messages",
+    "gauge",
+    "Records of the origin this instance does not hold yet, in the origin's txids (from its "
+    "peers' heartbeats; 0 when caught up)",
+    ("node", "origin"),
+)
+REPLICATION_ORIGIN_BEHIND_SECONDS = MetricSpec(
+    "amps_replication_origin_behind_seconds",
+    "gauge",
+    "How long this instance has been behind the origin without a break (0 when caught up)",
+    ("node", "origin"),
+)
 REPLICATION_RECEIVED = MetricSpec(
     "amps_replication_received_messages",
     "counter",
@@ -719,6 +734,8 @@ def all_metrics() -> list[MetricSpec]:
         *(spec for spec, _ in OWNERSHIP_METRICS),
         *(spec for spec, _ in DESTINATION_METRICS),
         REPLICATION_ORIGIN_TXID,
+        REPLICATION_ORIGIN_BEHIND,
+        REPLICATION_ORIGIN_BEHIND_SECONDS,
         REPLICATION_RECEIVED,
         REPLICATION_HEARD,
     ]
@@ -773,6 +790,13 @@ class _InstanceCollector:
         for peer, origin, txid in r.origins:
             origins.add_metric([node, peer, origin], txid)
         yield origins
+        behind = _family(REPLICATION_ORIGIN_BEHIND)
+        behind_seconds = _family(REPLICATION_ORIGIN_BEHIND_SECONDS)
+        for origin, messages, seconds in r.origin_lag:
+            behind.add_metric([node, origin], messages)
+            behind_seconds.add_metric([node, origin], seconds)
+        yield behind
+        yield behind_seconds
         received = _family(REPLICATION_RECEIVED)
         for peer, count in r.received:
             received.add_metric([node, peer], count)

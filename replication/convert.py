@@ -8,7 +8,7 @@ again: byte for byte what encoding its record would give.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from amps.errors import CorruptRecord
 from amps.log import codec
@@ -51,7 +51,9 @@ def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
     if isinstance(frame, Heartbeat):
         return pb.LinkFrame(
             heartbeat=pb.LinkHeartbeat(
-                heard=[pb.Heard(instance=i, age_ms=age) for i, age in frame.heard]
+                heard=[pb.Heard(instance=i, age_ms=age) for i, age in frame.heard],
+                heads=_positions_to_pb(frame.heads),
+                acked_through_txid=frame.acked_through_txid,
             )
         )
     if isinstance(frame, Refusal):
@@ -84,12 +86,7 @@ def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
                 ],
                 queues=[_queue_to_pb(q) for q in digest.queues],
             ),
-            positions=[
-                pb.OriginPosition(
-                    origin=p.origin, origin_txid=p.origin_txid, upstream_txid=p.upstream_txid
-                )
-                for p in frame.positions
-            ],
+            positions=_positions_to_pb(frame.positions),
         )
     )
 
@@ -144,7 +141,12 @@ def from_pb(message: pb.LinkFrame) -> Frame:
     if kind == "ack":
         return Ack(message.ack.through_txid)
     if kind == "heartbeat":
-        return Heartbeat(tuple((h.instance, h.age_ms) for h in message.heartbeat.heard))
+        heartbeat = message.heartbeat
+        return Heartbeat(
+            tuple((h.instance, h.age_ms) for h in heartbeat.heard),
+            _positions_from_pb(heartbeat.heads),
+            heartbeat.acked_through_txid,
+        )
     if kind == "refusal":
         return Refusal(message.refusal.code, message.refusal.message)
     if kind == "transfer_request":
@@ -176,8 +178,17 @@ def from_pb(message: pb.LinkFrame) -> Frame:
                 sync=digest.sync,
                 queues=tuple(_queue_from_pb(q) for q in digest.queues),
             ),
-            positions=tuple(
-                OriginPosition(p.origin, p.origin_txid, p.upstream_txid) for p in hello.positions
-            ),
+            positions=_positions_from_pb(hello.positions),
         )
     raise BadFrame("an empty LinkFrame")
+
+
+def _positions_to_pb(positions: Iterable[OriginPosition]) -> list[pb.OriginPosition]:
+    return [
+        pb.OriginPosition(origin=p.origin, origin_txid=p.origin_txid, upstream_txid=p.upstream_txid)
+        for p in positions
+    ]
+
+
+def _positions_from_pb(positions: Iterable[pb.OriginPosition]) -> tuple[OriginPosition, ...]:
+    return tuple(OriginPosition(p.origin, p.origin_txid, p.upstream_txid) for p in positions)

@@ -106,9 +106,14 @@ class Ack:
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """Sent on an idle link; `heard` is the sender's reachability table: for each instance it
-    heard from (directly or through passthrough), how long ago in milliseconds."""
+    heard from (directly or through passthrough), how long ago in milliseconds. A sender with
+    a destination for the receiver adds its `heads` (per origin, the newest record of it in
+    its durable log) and `acked_through_txid` (its txid up to which the receiver holds all it
+    takes): the receiver's per-origin lag (replication/origins.py)."""
 
     heard: tuple[tuple[str, int], ...] = ()
+    heads: tuple[OriginPosition, ...] = ()
+    acked_through_txid: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from replication.link_core import (
     Send,
     SyncChanged,
 )
+from replication.origins import OriginHeads, OriginLags
 from replication.positions import PositionBook
 from replication.reachability import Reachability
 from replication.routing import MAX_REQUEST_HOPS, Route, route_request
@@ -173,6 +174,8 @@ class Replicator:
         self.book = PositionBook(_load_positions(self._positions_path))
         self._log = _CachedLog(instance)
         self.reachability = Reachability(config.name)
+        self.heads = OriginHeads(config.name)
+        self.lags = OriginLags(config.name, self.book)
         replication = config.replication
         destinations = replication.destinations if replication is not None else ()
         local_queues = frozenset(q.name for q in config.queues if q.kind == "LocalQueue")
@@ -269,6 +272,8 @@ class Replicator:
                 peer,
                 reachability=self.reachability,
                 topology=self.topology,
+                heads=self.heads,
+                lags=self.lags,
             )
             self._idle[peer] = asyncio.Event()
             self._idle[peer].set()
@@ -281,9 +286,10 @@ class Replicator:
         ready links send what is new. Called before the commit's local fan-out, so neither a
         sync origin's persisted acks nor a destination's copy waits for local subscribers."""
         awaiting, durable_txid = self._awaiting, self._log.durable_txid
+        self.heads.durable(durable_txid)
         while awaiting and awaiting[0][0] <= durable_txid:
-            _target, session, through, received_ns = awaiting.popleft()
-            self._durable(session, through, received_ns)
+            target, session, through, received_ns = awaiting.popleft()
+            self._durable(session, through, target, received_ns)
         durable = (durable_txid, perf_counter_ns())
         for session in list(self._sessions.values()):
             if session.core.state is LinkState.READY and session.core.sends:
@@ -420,6 +426,15 @@ class Replicator:
                 }
                 for peer, p in self.book.entries()
             ],
+            "origin_lag": [
+                {
+                    "origin": lag.origin,
+                    "messages_behind": lag.messages_behind,
+                    "seconds_behind": lag.seconds_behind,
+                    "origin_txid": lag.held_origin_txid,
+                }
+                for lag in self.lags.read(now_ms)
+            ],
             "reachability": [
                 {"instance": name, "seconds_since_heard": age_ms / 1000}
                 for name, age_ms in self.reachability.table(now_ms)
@@ -465,6 +480,10 @@ class Replicator:
                 if s.sends
             ),
             origins=tuple((peer, p.origin, p.origin_txid) for peer, p in self.book.entries()),
+            origin_lag=tuple(
+                (lag.origin, lag.messages_behind, lag.seconds_behind)
+                for lag in self.lags.read(now_ms)
+            ),
             received=tuple((s.peer, s.records_received) for s in stats),
             heard=tuple((i, age / 1000) for i, age in self.reachability.table(now_ms)),
         )
@@ -665,8 +684,10 @@ class Replicator:
                 session.outgoing.put_nowait((message, through, perf_counter_ns()))
             elif isinstance(action, Apply):
                 received_ns = perf_counter_ns()
+                first = self.instance.journal.last_txid + 1
                 self.instance.append_replicated(action.records)  # wants a commit
                 target = self.instance.journal.last_txid
+                self.heads.replicated(first, target)
                 self._awaiting.append((target, session, action.through_txid, received_ns))
             elif isinstance(action, PeerAcked):
                 self.instance.release_persisted_acks()
@@ -676,10 +697,10 @@ class Replicator:
                 _log_close(session.core.peer, action)
                 session.outgoing.put_nowait(None)
 
-    def _durable(self, session: _Session, through_txid: int, received_ns: int) -> None:
+    def _durable(self, session: _Session, through_txid: int, target: int, received_ns: int) -> None:
         self._hops.replicated_durable.add(perf_counter_ns() - received_ns)
         if self._sessions.get(session.core.peer) is session:
-            self._step(session, RecordsDurable(through_txid))
+            self._step(session, RecordsDurable(through_txid, target))
 
     def _arm(self, session: _Session) -> None:
         deadline = session.core.next_deadline_ms()
@@ -752,12 +773,14 @@ class Replicator:
 
 
 def _log_close(peer: str, close: Close) -> None:
-    """One line per closed link; a refusal is an ERROR (an operator must act) except the normal
-    duplicate_link (both sides dialled)."""
+    """One line per closed link; a refusal is an ERROR (an operator must act) except
+    duplicate_link, at DEBUG: both sides of a pair dial, so every start of a cluster and every
+    reconnect refuses one of the two streams as designed, and the link that stays is logged
+    as up; at INFO it read like a fault at normal operation."""
     if not close.refused:
         log.warning("replication link to %s closed: %s", peer, close.reason)
         return
-    level = logging.INFO if close.code == "duplicate_link" else logging.ERROR
+    level = logging.DEBUG if close.code == "duplicate_link" else logging.ERROR
     log.log(level, "replication link to %s refused: %s", peer, close.reason)
 
 

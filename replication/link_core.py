@@ -40,6 +40,7 @@ from replication.frames import (
     Refusal,
     TransferRequest,
 )
+from replication.origins import OriginHeads, OriginLags
 from replication.positions import PositionBook
 from replication.reachability import Reachability
 from replication.routing import NO_DIGEST, Route
@@ -122,9 +123,11 @@ class LogAdvanced:
 
 @dataclass(frozen=True, slots=True)
 class RecordsDurable:
-    """Every record of the peer's batches up to `through_txid` (peer txids) is durable here."""
+    """Every record of the peer's batches up to `through_txid` (peer txids) is durable here,
+    at or before `local_txid` of the local log (0: not known)."""
 
     through_txid: int
+    local_txid: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +233,8 @@ class LinkCore:
         limits: LinkLimits | None = None,
         reachability: Reachability | None = None,
         topology: Topology | None = None,
+        heads: OriginHeads | None = None,
+        lags: OriginLags | None = None,
     ) -> None:
         self.local = local
         self.group = group
@@ -239,6 +244,9 @@ class LinkCore:
         self.limits = limits or LinkLimits()
         self.reachability = reachability or Reachability(local)
         self.topology = topology
+        # Per-origin lag: this instance's heads (sent in heartbeats) and what peers' say.
+        self.heads = heads
+        self.lags = lags
         self.state = LinkState.IDLE
         self.downgraded = False
         self.close_reason = ""
@@ -287,8 +295,8 @@ class LinkCore:
                 if self.state is not LinkState.READY:
                     return self._skip_unwanted(now_ms)
                 return self._fill(now_ms)
-            case RecordsDurable(through_txid):
-                return self._on_records_durable(through_txid, now_ms)
+            case RecordsDurable(through_txid, local_txid):
+                return self._on_records_durable(through_txid, local_txid, now_ms)
             case Disconnected(reason):
                 self._reset(reason)
                 return []
@@ -313,8 +321,14 @@ class LinkCore:
         ):
             # Also on a busy link: the heartbeat carries the reachability table onwards.
             self._last_heartbeat_ms = now_ms
-            return [self._send(Heartbeat(self.reachability.table(now_ms)), now_ms)]
+            return [self._send(self._heartbeat(now_ms), now_ms)]
         return []
+
+    def _heartbeat(self, now_ms: int) -> Heartbeat:
+        heard = self.reachability.table(now_ms)
+        if self.heads is None or not self.sends:
+            return Heartbeat(heard)
+        return Heartbeat(heard, self.heads.positions(), self.acked_through_txid)
 
     def next_deadline_ms(self) -> int | None:
         """When `on_deadline` next has work, or None while there is no stream."""
@@ -389,6 +403,8 @@ class LinkCore:
             return [RequestArrived(frame)]
         assert isinstance(frame, Heartbeat)
         self.reachability.heard_via(frame.heard, now_ms)
+        if self.lags is not None and frame.heads:
+            self.lags.heard(self.peer, frame.heads, frame.acked_through_txid, now_ms)
         return []
 
     def _on_hello(self, hello: Hello, now_ms: int) -> list[Action]:
@@ -626,7 +642,7 @@ class LinkCore:
         self._records_received += len(batch.records)
         return [Apply(batch.records, batch.through_txid)]
 
-    def _on_records_durable(self, through_txid: int, now_ms: int) -> list[Action]:
+    def _on_records_durable(self, through_txid: int, local_txid: int, now_ms: int) -> list[Action]:
         pending = self._pending_positions
         if not pending or self.state is not LinkState.READY:
             return []  # the stream that carried them is gone; the Hello reports what is held
@@ -635,6 +651,8 @@ class LinkCore:
             batch_through, positions = pending.popleft()
             for position in positions.values():
                 self.book.hold(self.peer, position)
+                if self.heads is not None and local_txid:
+                    self.heads.advance(replace(position, upstream_txid=local_txid))
             acked = batch_through
         if not acked:
             return []

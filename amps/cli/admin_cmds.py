@@ -298,6 +298,15 @@ REPLICATION_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# (heading, key in an `origin_lag` entry, format): how far this instance is behind each origin
+ORIGIN_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("ORIGIN", "origin", "s"),
+    ("BEHIND", "messages_behind", "d"),
+    ("BEHIND_S", "seconds_behind", ".1f"),
+    ("HELD_TXID", "origin_txid", "d"),
+)
+
+
 def replication_table(destinations: list[dict[str, Any]]) -> str:
     """A fixed-width table, one row per destination."""
     return table(destinations, REPLICATION_COLUMNS)
@@ -313,7 +322,8 @@ def replication(
     server: str, timeout_s: float, output: str, action: str | None, destination: str | None
 ) -> None:
     """Per destination: connected, sync or async (downgraded?), messages and seconds behind,
-    last acknowledged txid, resyncs. `downgrade DESTINATION` / `upgrade DESTINATION` change a
+    last acknowledged txid, resyncs; per origin: messages and seconds this instance is behind
+    it, and the origin txid it holds. `downgrade DESTINATION` / `upgrade DESTINATION` change a
     sync destination (L2)."""
     if action is not None:
         if not destination:
@@ -329,6 +339,10 @@ def replication(
         click.echo("no replication destinations configured")
     else:
         click.echo(replication_table(destinations))
+    origins = body.get("origin_lag", []) if isinstance(body, dict) else []
+    if origins:
+        click.echo("")
+        click.echo(table(origins, ORIGIN_COLUMNS))
     heard = body.get("reachability", []) if isinstance(body, dict) else []
     if heard:
         click.echo("")

@@ -382,16 +382,28 @@ class LinkHeartbeat(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HEARD_FIELD_NUMBER: _builtins.int
+    HEADS_FIELD_NUMBER: _builtins.int
+    ACKED_THROUGH_TXID_FIELD_NUMBER: _builtins.int
+    acked_through_txid: _builtins.int
     @_builtins.property
     def heard(self) -> _containers.RepeatedCompositeFieldContainer[Global___Heard]: ...
+    @_builtins.property
+    def heads(self) -> _containers.RepeatedCompositeFieldContainer[Global___OriginPosition]:
+        """The sender's heads: per origin, the newest record of it in the sender's durable log
+        (upstream_txid: the sender's txid of it); and the sender's txid up to which the receiver
+        holds everything it takes. The receiver's per-origin lag (replication/origins.py).
+        """
+
     def __init__(
         self,
         *,
         heard: _abc.Iterable[Global___Heard] | None = ...,
+        heads: _abc.Iterable[Global___OriginPosition] | None = ...,
+        acked_through_txid: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heard", b"heard"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_through_txid", b"acked_through_txid", "heads", b"heads", "heard", b"heard"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -79,6 +79,16 @@ async def test_the_administrator_downgrades_and_upgrades_with_amps_admin_replica
     header, row = shown.stdout.splitlines()[:2]
     assert header.split()[:4] == ["DESTINATION", "CONNECTED", "SYNC", "DOWNGRADED"]
     assert row.split()[:4] == ["b", "yes", "sync", "no"]
+    # Per origin on b: a's 10 records held, nothing behind (also in /metrics).
+    on_b = f"127.0.0.1:{pair['b'].admin_port}"
+    shown = await asyncio.to_thread(amps_cli, "admin", "replication", "--server", on_b)
+    lines = shown.stdout.splitlines()
+    origin_rows = lines[lines.index(next(x for x in lines if x.startswith("ORIGIN"))) + 1 :]
+    assert origin_rows[0].split() == ["a", "0", "0.0", "10"]
+    url = f"http://127.0.0.1:{pair['b'].admin_port}/metrics"
+    metrics = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+    assert b'amps_replication_origin_behind_messages{node="b",origin="a"} 0.0' in metrics
+    assert b'amps_replication_origin_behind_seconds{node="b",origin="a"} 0.0' in metrics
     pair["b"].kill()
     held = asyncio.ensure_future(publish(pair["a"], "pub-a", 10, start=11))
     await wait_until(lambda: destination(pair["a"].admin_port, "b")["connected"] is False)

@@ -193,7 +193,8 @@ class Network:
             w for w in self.durable_waits[name] if w[0] > instance.log.durable
         ]
         for _, peer, through in due:
-            self._run(name, peer, instance.links[peer].handle(RecordsDurable(through), self.now_ms))
+            durable = RecordsDurable(through, instance.log.durable)
+            self._run(name, peer, instance.links[peer].handle(durable, self.now_ms))
         for peer, link in instance.links.items():
             self._run(name, peer, link.handle(LogAdvanced(), self.now_ms))
             while link.wants_to_send:

@@ -81,7 +81,10 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Batch, U64, U64, st.lists(RECORDS, max_size=4).map(tuple)),
     st.builds(Ack, U64),
     st.builds(
-        Heartbeat, st.lists(st.tuples(TEXT, st.integers(0, 2**32 - 1)), max_size=3).map(tuple)
+        Heartbeat,
+        st.lists(st.tuples(TEXT, st.integers(0, 2**32 - 1)), max_size=3).map(tuple),
+        st.lists(st.builds(OriginPosition, TEXT, U64, U64), max_size=3).map(tuple),
+        U64,
     ),
     st.builds(Refusal, TEXT, TEXT),
     st.builds(
