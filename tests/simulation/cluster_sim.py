@@ -2,23 +2,31 @@
 
 N instances (3 by default), each with a simulated disk (`disk.py`: a crash loses what was not
 synced), the real replication link core per peer (`replication/link_core.py` with the real
-routing, position book and reachability table), and the queue's real `QueueReplica` (queue
-engine, ownership machine, transfer latency estimators) with simulated consumers
-(`replica.py`), over a simulated network (`network.py`: per-pair delay and jitter, cuts,
-partitions, heals; transfer requests travel the same streams and are forwarded towards the
-owner). Publishers republish what a crash lost before it was persisted (L3); consumers lease,
-ack, cancel, stall and disconnect; the owner expires messages (Expiration, MaxDeliveries,
-MaxCancels) with a dead letter. One clock; every random choice comes from one seed.
+routing, position book and reachability table), and three queues over replicated topics, each
+a real `QueueReplica` (queue engine, ownership machine, transfer latency estimators) with
+simulated consumers (`replica.py`): a `Queue`, a `GroupLocalQueue` (its InitialOwner owns
+every message) and a `LocalQueue` (each instance delivers its own copy; its records stay
+local); any publish may be a barrier message (R6). The network (`network.py`) has per-pair
+delay and jitter, cuts, partitions and heals; transfer requests are the link core's
+`TransferRequest` frames, routed towards the owner by the link's own rule. Publishers
+republish what a crash lost before it was persisted (L3); consumers lease, ack, cancel, stall
+and disconnect; the owner expires messages (Expiration, MaxDeliveries, MaxCancels) with a
+dead letter. One clock; every random choice comes from one seed.
 
 A fault phase (crashes, cuts, partitions, heals) is followed by a heal, a settle (everything
 durable reaches everyone) and a drain with a steady consumer on every instance. Invariants,
 after every step: no message leased on two instances at once, except the duplicate proxied
 transfer documents (R7: a proxy took it from an owner that was unreachable yet alive); a dead
-letter at most once per message (the same exception); every core's own invariants; after a
-crash, no persisted publish missing from every log. After the heal: every instance holds the
-same unremoved messages with the same owner and epoch, and a message removed anywhere is
-removed everywhere. At the end: every persisted publish left by an ack or with a dead letter,
-on every instance.
+letter at most once per message (the same exception; once per instance for a LocalQueue's
+copy or a barrier); a message's owner at entry is its publisher's instance (Queue) or the
+InitialOwner (GroupLocalQueue); a barrier released on an instance only once every earlier
+message left there, and never transferred; no instance takes for unreachable one that ready
+links joined it to; every core's own invariants; after a crash, no persisted publish missing
+from every log. After the heal: every instance holds the same unremoved messages with the
+same owner and epoch (barriers and LocalQueues aside), and a message removed anywhere is
+removed everywhere. At the end: every persisted publish left by an ack (a barrier by its
+release) or with a dead letter, once in the cluster, or on every instance for a LocalQueue's
+copy or a barrier.
 
     python -m tests.simulation.cluster_sim --seeds 1000      (make sim SEEDS=1000)
     python -m tests.simulation.cluster_sim --seed 123 -v     (make sim SEED=123)
@@ -54,11 +62,21 @@ from replication.link_core import (
 from replication.ownership import MessageKey
 from replication.positions import PositionBook
 from replication.reachability import Reachability
-from replication.routing import MAX_REQUEST_HOPS, Route, route_request
+from replication.routing import MAX_REQUEST_HOPS, REPLICATED_REMOVALS, Route, route_request
 
 from .disk import SimDisk
 from .network import SimNetwork, Stream
-from .replica import QUEUE, Breakage, DeadLetter, Lease, SendRecordNow, SimQueue, TransferRequest
+from .replica import (
+    BARRIER_DATA,
+    BarrierReleased,
+    Breakage,
+    DeadLetter,
+    Lease,
+    QueueSpec,
+    SendRecordNow,
+    SimQueue,
+    TransferRequest,
+)
 
 PROXIED_FROM_STEP = 30  # the administrator enables proxied transfer once the links are up
 # A path of ready links that long carried a heartbeat (every 15 ms) across two hops (<= 9 ms
@@ -78,7 +96,8 @@ class SimOptions:
     """The knobs of one run; probabilities are per step."""
 
     instances: int = 3
-    messages: int = 10
+    messages: int = 12
+    barrier_probability: float = 0.1  # of a publish being a barrier message (R6, A3)
     fault_steps: int = 100
     drain_steps: int = 3_000
     max_delay_ms: int = 6
@@ -124,15 +143,22 @@ class Publisher:
     next_seq: int = 1
     unpersisted: dict[int, tuple[str, int]] = field(default_factory=dict)  # seq -> where, txid
     lost: list[int] = field(default_factory=list)  # seqs to republish
+    messages: dict[int, tuple[str, bytes]] = field(default_factory=dict)  # seq -> topic, data
 
 
 class Instance:
-    """One instance: disk, link cores, reachability and the queue's replica."""
+    """One instance: disk, link cores, reachability and its queues."""
 
     def __init__(
-        self, name: str, names: Sequence[str], peers: Sequence[str], options: SimOptions
+        self,
+        name: str,
+        names: Sequence[str],
+        peers: Sequence[str],
+        options: SimOptions,
+        specs: Sequence[QueueSpec],
     ) -> None:
         self.name = name
+        self.specs = tuple(specs)
         self.others = tuple(n for n in names if n != name)
         self.peers = tuple(peers)  # the instances it has a link (a destination) to
         self.options = options
@@ -149,7 +175,8 @@ class Instance:
         self.book = PositionBook(self.saved_book)  # type: ignore[arg-type]
         kind = NeighboursOnly if self.options.break_reachability else Reachability
         self.reachability = kind(self.name)
-        routes = {p: Route(self.name, destination(p)) for p in self.peers}
+        local = frozenset(s.name for s in self.specs if not s.replicated)
+        routes = {p: Route(self.name, destination(p), local) for p in self.peers}
         self.links = {
             p: LinkCore(
                 self.name, self.name, self.disk, routes, self.book, p,
@@ -165,8 +192,17 @@ class Instance:
             log_before_send=self.options.break_log_before_send,
             replay_at_now=self.options.break_replay,
         )
-        self.replica = SimQueue(self.name, breakage)
-        self.recovered = self.replica.recover(self.disk.records, now_ms)
+        self.queues = {s.name: SimQueue(self.name, s, breakage) for s in self.specs}
+        self.recovered = [
+            action for q in self.queues.values() for action in q.recover(self.disk.records, now_ms)
+        ]
+
+    def applied(self, record: Record, now_ms: int, *, local: bool) -> list[object]:
+        """A record appended here goes to the queue it belongs to, if any."""
+        for queue in self.queues.values():
+            if queue.holds(record):
+                return queue.applied(record, now_ms, local=local)
+        return []
 
     def unreachable(self, now_ms: int) -> frozenset[str]:
         """R7: the instances nothing arrived from, by any path, within the interval."""
@@ -191,25 +227,35 @@ class Cluster:
         self.rng = random.Random(seed)
         self.now_ms = 0
         self.names = [f"i{n}" for n in range(options.instances)]
-        self.instances = {n: Instance(n, self.names, self.peers_of(n), options) for n in self.names}
+        self.specs = (
+            QueueSpec("work", "Queue"),
+            QueueSpec("group", "GroupLocalQueue", self.rng.choice(self.names)),
+            QueueSpec("local", "LocalQueue"),
+        )
+        self.instances = {
+            n: Instance(n, self.names, self.peers_of(n), options, self.specs) for n in self.names
+        }
         for instance in self.instances.values():
             instance.skew_ms = self.rng.randint(0, options.max_skew_ms)
         self.network = SimNetwork(self.rng, self.names, max_delay_ms=options.max_delay_ms)
         self.publishers = [Publisher(100 + n, name) for n, name in enumerate(self.names)]
         self.persisted: list[MessageKey] = []
+        self.queue_of: dict[MessageKey, str] = {}  # key -> its queue's name
+        self.barriers: set[MessageKey] = set()
         self.published = 0
         self.transcript: list[str] = []
         self.documented_duplicates = 0
         self.proxied_keys: set[MessageKey] = set()  # claimed or granted by a proxy (R7)
         self.wanting: set[tuple[str, str]] = set()  # links that stopped early with more to send
-        self.dead_letters: dict[MessageKey, list[str]] = {}  # key -> reasons, once durable
+        # (key, instance) for a LocalQueue's or a barrier's copy, (key, "") for a message of a
+        # replicated queue -> the dead letters' reasons, each once durable.
+        self.dead_letters: dict[tuple[MessageKey, str], list[str]] = {}
         self._duplicated_now: set[MessageKey] = set()
         self.path_since: dict[tuple[str, str], int] = {}  # (a, b) -> since when a path joins them
         for instance in self.instances.values():
-            count = self.rng.choice([0, 0, 1, 2])
-            self.perform(
-                instance, instance.replica.add_consumers(count, self.rng, self.clock(instance))
-            )
+            for queue in instance.queues.values():
+                count = self.rng.choice([0, 0, 1, 2])
+                self.perform(instance, queue.add_consumers(count, self.rng, self.clock(instance)))
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -225,8 +271,9 @@ class Cluster:
         self.settle()
         self.check_agreement()
         for instance in self.instances.values():
-            added = instance.replica.add_consumers(1, self.rng, self.clock(instance), steady=True)
-            self.perform(instance, added)
+            for queue in instance.queues.values():
+                added = queue.add_consumers(1, self.rng, self.clock(instance), steady=True)
+                self.perform(instance, added)
         for _ in range(self.options.drain_steps):
             if self.drained():
                 self.check_accounted()
@@ -269,7 +316,8 @@ class Cluster:
             up = [i for i in self.instances.values() if i.up]
             if up:
                 instance = rng.choice(up)
-                self.perform(instance, instance.replica.consumer_step(rng, self.clock(instance)))
+                queue = rng.choice(list(instance.queues.values()))
+                self.perform(instance, queue.consumer_step(rng, self.clock(instance)))
         for instance in self.instances.values():
             if instance.up and rng.random() < options.sync_probability:
                 self.sync(instance)
@@ -280,20 +328,22 @@ class Cluster:
         """Every instance learns which owners are unreachable now (R7)."""
         for instance in self.instances.values():
             if instance.up:
-                unreachable = instance.unreachable(self.clock(instance))
-                self.perform(
-                    instance, instance.replica.set_unreachable(unreachable, self.clock(instance))
-                )
+                now_ms = self.clock(instance)
+                unreachable = instance.unreachable(now_ms)
+                for queue in instance.queues.values():
+                    self.perform(instance, queue.set_unreachable(unreachable, now_ms))
 
     # -- instances -------------------------------------------------------------------------
 
     def perform(self, instance: Instance, actions: Sequence[object]) -> None:
         """Carry out a queue's actions in order, keeping the ordering contract: a lease given
         after a grant or claim of the same list waits until that record is durable."""
+        if not actions:
+            return
         disk = instance.disk
         recorded = False
         broken = self.options.break_log_before_send
-        requests: dict[str, list[MessageKey]] = {}  # owner -> keys: one frame per owner
+        requests: dict[tuple[str, str], list[MessageKey]] = {}  # one frame per queue and owner
         for action in actions:
             if isinstance(action, Record):
                 stamped = self.append_local(instance, action)
@@ -310,7 +360,7 @@ class Cluster:
                 else:
                     self.dead_letter(instance, action)
             elif isinstance(action, TransferRequest):
-                requests.setdefault(action.owner, []).append(action.key)
+                requests.setdefault((action.queue, action.owner), []).append(action.key)
             elif isinstance(action, SendRecordNow):
                 # The broken adapter: a grant leaves before it is durable (must fail).
                 for peer in instance.peers:
@@ -319,22 +369,42 @@ class Cluster:
                     )
             elif isinstance(action, str):
                 self.note(f"{instance.name} {action}")
+            elif isinstance(action, BarrierReleased):
+                self.note(f"{instance.name} releases barrier {action.key} of {action.queue}")
             else:
                 raise AssertionError(f"unknown action {action!r}")
-        for owner, keys in requests.items():
-            frame = RequestFrame(QUEUE, tuple(keys), instance.name, owner, MAX_REQUEST_HOPS)
+        for (queue, owner), keys in requests.items():
+            frame = RequestFrame(queue, tuple(keys), instance.name, owner, MAX_REQUEST_HOPS)
             self.route_request(instance, frame, "")
 
     def lease(self, instance: Instance, lease: Lease) -> None:
-        consumer = instance.replica.consumers.get(lease.client_id)
-        if instance.replica.leased(consumer, lease):
+        queue = instance.queues[lease.queue]
+        if queue.leased(queue.consumers.get(lease.client_id), lease):
             self.note(f"{instance.name} leases {lease.key} to {lease.client_id}")
 
     def dead_letter(self, instance: Instance, letter: DeadLetter) -> None:
-        self.dead_letters.setdefault(letter.key, []).append(letter.reason)
+        """Once per cluster for a replicated queue's message (its owner's); once per instance
+        for a LocalQueue's or a barrier's copy (each instance's own)."""
+        copy = self.copy_of(letter.key, instance.name)
+        reasons = self.dead_letters.setdefault(copy, [])
+        reasons.append(letter.reason)
         self.note(f"{instance.name} dead-letters {letter.key}: {letter.reason}")
-        if len(self.dead_letters[letter.key]) > 1 and letter.key not in self.proxied_keys:
-            self.fail(f"message {letter.key} dead-lettered twice: {self.dead_letters[letter.key]}")
+        if not letter.reason:
+            self.fail(f"message {letter.key} dead-lettered without a reason")
+        if len(reasons) > 1 and letter.key not in self.proxied_keys:
+            self.fail(f"message {letter.key} dead-lettered twice: {reasons}")
+
+    def copy_of(self, key: MessageKey, instance: str) -> tuple[MessageKey, str]:
+        """Which copy of a message an instance's removal concerns: its own for a LocalQueue
+        or a barrier, else the cluster's one."""
+        return (key, instance) if self.per_instance(key) else (key, "")
+
+    def per_instance(self, key: MessageKey) -> bool:
+        return key in self.barriers or not self.spec_of(key).replicated
+
+    def spec_of(self, key: MessageKey) -> QueueSpec:
+        name = self.queue_of[key]
+        return next(s for s in self.specs if s.name == name)
 
     def append_local(self, instance: Instance, record: Record) -> Record:
         stamped = instance.disk.append(record)
@@ -409,16 +479,16 @@ class Cluster:
         instance.up = True
         instance.boot(self.clock(instance))
         self.perform(instance, instance.recovered)
-        added = instance.replica.add_consumers(
-            self.rng.choice([1, 2]), self.rng, self.clock(instance)
-        )
-        self.perform(instance, added)
+        for queue in instance.queues.values():
+            added = queue.add_consumers(self.rng.choice([0, 1, 2]), self.rng, self.clock(instance))
+            self.perform(instance, added)
         self.note(f"restart {instance.name}")
 
     def set_proxied(self, name: str, *, on: bool) -> None:
         instance = self.instances[name]
         instance.proxied = on
-        self.perform(instance, instance.replica.set_proxied(on, self.clock(instance)))
+        for queue in instance.queues.values():
+            self.perform(instance, queue.set_proxied(on, self.clock(instance)))
         self.note(f"proxied transfer {'on' if on else 'off'} at {name}")
 
     # -- publishing ------------------------------------------------------------------------
@@ -439,19 +509,26 @@ class Cluster:
             seq = publisher.next_seq
             publisher.next_seq += 1
             self.published += 1
+            topic = self.rng.choice(("work", "work", "group", "local"))
+            barrier = self.rng.random() < self.options.barrier_probability
+            publisher.messages[seq] = (topic, BARRIER_DATA if barrier else b"{}")
+            key = (publisher.publisher_id, seq)
+            self.queue_of[key] = topic
+            if barrier:
+                self.barriers.add(key)
         else:
             return
         key = (publisher.publisher_id, seq)
         if target.disk.marks.is_duplicate(*key):
             self.persisted.append(key)  # L4: already held here, acknowledged as persisted
             return
-        record = PublishRecord(
-            0, self.clock(target) * 1000, "work", b"{}", publisher.publisher_id, seq
-        )
+        topic, data = publisher.messages[seq]
+        now_ms = self.clock(target)
+        record = PublishRecord(0, now_ms * 1000, topic, data, publisher.publisher_id, seq)
         stamped = self.append_local(target, record)
         publisher.unpersisted[seq] = (target.name, stamped.txid)
-        self.note(f"publish {key} at {target.name}")
-        self.perform(target, target.replica.applied(stamped, self.clock(target), local=True))
+        self.note(f"publish {key} to {topic} at {target.name}")
+        self.perform(target, target.applied(stamped, now_ms, local=True))
 
     # -- the network -----------------------------------------------------------------------
 
@@ -543,9 +620,7 @@ class Cluster:
         for record in records:
             stamped = instance.disk.append_replicated(record)
             if stamped is not None:
-                self.perform(
-                    instance, instance.replica.applied(stamped, self.clock(instance), local=False)
-                )
+                self.perform(instance, instance.applied(stamped, self.clock(instance), local=False))
 
     def route_request(self, instance: Instance, request: RequestFrame, came_from: str) -> None:
         """R4, R9: the link's own routing (`route_request`): to the owner when it is a ready
@@ -562,13 +637,13 @@ class Cluster:
         """As the server's link adapter: the owner answers; any other instance offers it to
         its queue as a proxy (R7: answered only with proxied transfer on and the owner
         unreachable) and sends it on towards the owner."""
-        replica = instance.replica
+        queue = instance.queues[request.queue]
         now_ms = self.clock(instance)
-        self.perform(instance, replica.set_unreachable(instance.unreachable(now_ms), now_ms))
+        self.perform(instance, queue.set_unreachable(instance.unreachable(now_ms), now_ms))
         if request.owner == instance.name or instance.proxied:
             for key in request.keys:
-                asked = TransferRequest(key, request.requester, request.owner)
-                self.perform(instance, replica.requested(asked, now_ms))
+                asked = TransferRequest(queue.name, key, request.requester, request.owner)
+                self.perform(instance, queue.requested(asked, now_ms))
         if request.owner != instance.name:
             self.route_request(instance, request, sender)
 
@@ -576,11 +651,13 @@ class Cluster:
         for instance in self.instances.values():
             if not instance.up:
                 continue
+            now_ms = self.clock(instance)
             for peer, core in instance.links.items():
                 deadline = core.next_deadline_ms()
-                if deadline is not None and deadline <= self.clock(instance):
-                    self.link_actions(instance, peer, core.on_deadline(self.clock(instance)))
-            self.perform(instance, instance.replica.on_deadline(self.clock(instance)))
+                if deadline is not None and deadline <= now_ms:
+                    self.link_actions(instance, peer, core.on_deadline(now_ms))
+            for queue in instance.queues.values():
+                self.perform(instance, queue.on_deadline(now_ms))
 
     # -- heal and settle -------------------------------------------------------------------
 
@@ -628,10 +705,12 @@ class Cluster:
         for instance in self.instances.values():
             if not instance.up:
                 continue
-            if instance.replica.dirty:  # the cores' own cross-checks, after every step they moved
-                instance.replica.check_invariants()
-            for key in instance.replica.leases(self.clock(instance)):
-                holders.setdefault(key, []).append(instance.name)
+            for queue in instance.queues.values():
+                if queue.dirty:  # the cores' own cross-checks, after every step they moved
+                    queue.check_invariants()
+                if queue.spec.replicated:  # a LocalQueue's copies are each instance's own
+                    for key in queue.leases(self.clock(instance)):
+                        holders.setdefault(key, []).append(instance.name)
         duplicated = set()
         for key, names in holders.items():
             if len(names) > 1:
@@ -648,16 +727,15 @@ class Cluster:
         it must have arrived within the interval, so a proxy never bypasses an alive owner,
         even two hops away."""
         up = [n for n in self.names if self.instances[n].up]
-        edges = {
-            (a, b)
-            for a in up
-            for b in up
-            if self.network.stream(a, b) is not None
-            and self.network.connected(a, b)
-            and self.instances[a].links.get(b) is not None
-            and self.instances[a].links[b].state is LinkState.READY
-            and self.instances[b].links[a].state is LinkState.READY
-        }
+        edges = set()
+        ready = LinkState.READY
+        for stream in self.network.streams.values():
+            a, b = stream.dialler, stream.acceptor
+            x, y = self.instances[a], self.instances[b]
+            if not (x.up and y.up and self.network.connected(a, b)):
+                continue
+            if x.links[b].state is ready and y.links[a].state is ready:
+                edges |= {(a, b), (b, a)}
         for a in self.names:
             reached, frontier = ({a}, [a]) if a in up else (set(), [])
             while frontier:
@@ -671,7 +749,8 @@ class Cluster:
                     self.path_since.setdefault((a, b), self.now_ms)
                 else:
                     self.path_since.pop((a, b), None)
-            unreachable = self.instances[a].replica.ownership.unreachable if reached else ()
+            queue = self.instances[a].queues[self.specs[0].name]
+            unreachable = queue.ownership.unreachable if reached else ()
             for b in unreachable:
                 since = self.path_since.get((a, b))
                 joined_ms = self.now_ms - since if since is not None else 0
@@ -683,38 +762,62 @@ class Cluster:
         """After the heal: the same unremoved messages with the same owners everywhere, and
         what was acked anywhere is removed everywhere."""
         for key in self.persisted:
-            views = {n: i.replica.view_of(key) for n, i in self.instances.items()}
+            if self.per_instance(key):
+                continue  # barriers and LocalQueues aside
+            queue = self.queue_of[key]
+            views = {n: i.queues[queue].view_of(key) for n, i in self.instances.items()}
             if len(set(views.values())) > 1:
-                self.fail(f"instances disagree on {key} after heal: {views}")
+                self.fail(f"instances disagree on {key} of {queue} after heal: {views}")
         for instance in self.instances.values():
             for record in instance.disk.records:
-                if isinstance(record, QueueRecord):
+                if (
+                    isinstance(record, QueueRecord)
+                    and record.action in REPLICATED_REMOVALS
+                    and record.queue in self.replicated
+                ):
                     for b in record.bookmarks:
                         if not self.removed_everywhere((b.publisher_id, b.seq)):
                             self.fail(f"{b} left the queue on {instance.name}, not everywhere")
 
     def removed_everywhere(self, key: MessageKey) -> bool:
-        return all(i.replica.removed(key) for i in self.instances.values())
+        queue = self.queue_of[key]
+        return all(i.queues[queue].removed(key) for i in self.instances.values())
 
     def drained(self) -> bool:
         if any(p.lost or p.unpersisted for p in self.publishers):
             return False
         if self.published < self.options.messages:
             return False
+        if any(i.held for i in self.instances.values()):
+            return False  # a dead letter waits for its removal record to be durable
         return all(self.removed_everywhere(key) for key in self.persisted)
 
     def check_accounted(self) -> None:
-        """Nothing lost: every persisted publish left by an ack or with a dead letter."""
-        acked = {
-            (b.publisher_id, b.seq)
+        """Nothing lost: every persisted publish left by an ack (a barrier by its release) or
+        with a dead letter: once in the cluster, or on every instance for a LocalQueue's
+        copies and a barrier (R6). A barrier of a replicated queue that one instance expired
+        left the others by that replicated removal."""
+        delivered = (QueueAction.ACK, QueueAction.BARRIER_RELEASED)
+        left = {
+            self.copy_of((b.publisher_id, b.seq), i.name)
             for i in self.instances.values()
             for r in i.disk.records
-            if isinstance(r, QueueRecord) and r.action is QueueAction.ACK
+            if isinstance(r, QueueRecord) and r.action in delivered
             for b in r.bookmarks
         }
+        expired = {key for key, _ in self.dead_letters}
         for key in self.persisted:
-            if key not in acked and key not in self.dead_letters:
-                self.fail(f"message {key} left the queue without an ack or a dead letter")
+            if self.spec_of(key).replicated and key in expired:
+                continue
+            copies = [(key, n) for n in self.names] if self.per_instance(key) else [(key, "")]
+            for copy in copies:
+                if copy not in left and copy not in self.dead_letters:
+                    where = f" on {copy[1]}" if copy[1] else ""
+                    self.fail(f"message {key} left{where} without an ack or a dead letter")
+
+    @property
+    def replicated(self) -> frozenset[str]:
+        return frozenset(s.name for s in self.specs if s.replicated)
 
     def peers_of(self, name: str) -> tuple[str, ...]:
         """Who `name` has destinations for: everyone (mesh) or its neighbours (line)."""

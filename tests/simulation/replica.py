@@ -1,6 +1,8 @@
-"""One replicated queue on one simulated instance: the real `QueueReplica` (queue engine,
-ownership machine, transfer latency estimators) and the simulated consumers that lease, ack,
-cancel, stall and disconnect.
+"""One queue on one simulated instance: the real `QueueReplica` (queue engine, ownership
+machine, transfer latency estimators) and the simulated consumers that lease, ack, cancel,
+stall and disconnect. A queue is a `Queue` (its publisher's instance owns a message), a
+`GroupLocalQueue` (its `InitialOwner` does) or a `LocalQueue` (not replicated: each instance
+delivers its own copy of the replicated data); any of them gets barrier messages (R6, A3).
 
 Facts in (records appended to the log, requests, time, consumer actions), actions out for the
 cluster to perform in order: a `Record` to append to the local log, a `Lease` a consumer now
@@ -46,23 +48,36 @@ from replication.ownership import (
     TransferKind,
     TransferRequested,
 )
-from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
+from replication.queue_replica import QueueKind, QueueReplica, ReplicaAction, ReplicaOptions
 from replication.transfers import from_log, to_log
 
-QUEUE = "work"
 REPLAY_MS = 0  # recovery replays the log at this time, before anything is due
 LEASE_MS = 80
+BARRIER_DATA = b'{"barrier":1}'  # the queues' BarrierExpression matches this data only
 POLICY = QueuePolicy(
     lease_period_ms=LEASE_MS,
     max_per_subscription_backlog=3,
     max_cancels=3,
     max_deliveries=4,
     expiration_ms=250,
+    has_barrier=True,
 )
-OPTIONS = ReplicaOptions(
-    request_timeout_ms=40,
-    latency=LatencyOptions(default_ms=20, window=16, min_samples=4, max_tracked=1_024, max_ms=200),
-)
+REQUEST_TIMEOUT_MS = 40
+LATENCY = LatencyOptions(default_ms=20, window=16, min_samples=4, max_tracked=1_024, max_ms=200)
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """One queue as every instance defines it; its underlying topic has its name."""
+
+    name: str
+    kind: QueueKind
+    initial_owner: str | None = None  # GroupLocalQueue only
+
+    @property
+    def replicated(self) -> bool:
+        """Whether its removals and ownership replicate (a LocalQueue's stay local)."""
+        return self.kind != "LocalQueue"
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,7 @@ class Breakage:
 
 @dataclass(frozen=True)
 class Lease:
+    queue: str
     key: MessageKey
     client_id: str
     deadline_ms: int
@@ -83,8 +99,17 @@ class Lease:
 
 @dataclass(frozen=True)
 class DeadLetter:
+    queue: str
     key: MessageKey
     reason: str
+
+
+@dataclass(frozen=True)
+class BarrierReleased:
+    """R6: this instance released a barrier message (every earlier message left here)."""
+
+    queue: str
+    key: MessageKey
 
 
 @dataclass(frozen=True)
@@ -94,6 +119,7 @@ class SendRecordNow:
 
 @dataclass(frozen=True)
 class TransferRequest:
+    queue: str
     key: MessageKey
     requester: str
     owner: str
@@ -128,16 +154,26 @@ class Consumer:
 
 
 class SimQueue:
-    """The queue side of one instance."""
+    """One queue of one instance."""
 
-    def __init__(self, here: str, breakage: Breakage) -> None:
+    def __init__(self, here: str, spec: QueueSpec, breakage: Breakage) -> None:
         self.here = here
+        self.name = spec.name
+        self.spec = spec
         self.breakage = breakage
         machine = None
         if breakage.first_request:
-            machine = FirstRequestBroken(here, request_timeout_ms=OPTIONS.request_timeout_ms)
-        self.replica = QueueReplica(here, QueueEngine(POLICY), OPTIONS, ownership=machine)
+            machine = FirstRequestBroken(here, request_timeout_ms=REQUEST_TIMEOUT_MS)
+        options = ReplicaOptions(
+            kind=spec.kind,
+            initial_owner=spec.initial_owner,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            latency=LATENCY,
+        )
+        self.replica = QueueReplica(here, QueueEngine(POLICY), options, ownership=machine)
         self.key_of: dict[int, MessageKey] = {}  # local txid -> bookmark of a publish
+        self.entered: set[MessageKey] = set()
+        self.barriers: set[MessageKey] = set()
         self.consumers: dict[str, Consumer] = {}
         self._clients = 0
         self._owned_before = False
@@ -173,6 +209,8 @@ class SimQueue:
         replay_ms = now_ms if self.breakage.replay_at_now else REPLAY_MS
         out: list[object] = []
         for record in records:
+            if not self.holds(record):
+                continue
             if isinstance(record, QueueRecord) and record.origin_instance == self.here:
                 for key in self._keys(record):
                     reason, reasons = _removal_of(record)
@@ -184,17 +222,31 @@ class SimQueue:
             out = []
         return out + self._out(self.replica.on_deadline(now_ms))
 
+    def holds(self, record: Record) -> bool:
+        """Whether `record` is this queue's: a publish to its topic, or one of its records."""
+        if isinstance(record, PublishRecord):
+            return record.topic == self.name
+        return isinstance(record, (QueueRecord, TransferRecord)) and record.queue == self.name
+
     def applied(self, record: Record, now_ms: int, *, local: bool) -> list[object]:
-        """A record was appended here: a publish enters; a peer's removal or ownership record
-        is applied. (This instance's own removals and grants were applied when made.)"""
+        """A record of this queue was appended here: a publish enters; a peer's removal or
+        ownership record is applied. (This instance's own removals and grants were applied
+        when made.)"""
         replica = self.replica
         if isinstance(record, PublishRecord):
             key = (record.publisher_id, record.seq)
             self.key_of[record.txid] = key
+            self.entered.add(key)
+            barrier = record.data == BARRIER_DATA
+            if barrier:
+                self.barriers.add(key)
             message = MessagePublished(
-                record.txid, record.publisher_id, record.seq, record.timestamp_us // 1000
-            )
-            return self._out(replica.published([message], [record.origin_instance], now_ms))
+                record.txid, record.publisher_id, record.seq, record.timestamp_us // 1000,
+                is_barrier=barrier,
+            )  # fmt: skip
+            out = self._out(replica.published([message], [record.origin_instance], now_ms))
+            self._check_initial_owner(key, record.origin_instance)
+            return out
         if local:
             return []
         if isinstance(record, TransferRecord):
@@ -220,9 +272,10 @@ class SimQueue:
         if self._deadline_ms is not None and self._deadline_ms <= now_ms:
             out = self._out(self.replica.on_deadline(now_ms))
         for consumer in self.consumers.values():
-            for key, lease_deadline in list(consumer.leases.items()):
-                if lease_deadline <= now_ms:
-                    del consumer.leases[key]  # the engine took it back (Q6)
+            leases = consumer.leases
+            if leases and min(leases.values()) <= now_ms:
+                for key in [k for k, deadline in leases.items() if deadline <= now_ms]:
+                    del leases[key]  # the engine took it back (Q6)
         return out
 
     def _out(self, actions: list[ReplicaAction]) -> list[object]:
@@ -231,29 +284,50 @@ class SimQueue:
         out: list[object] = []
         for action in actions:
             if isinstance(action, Deliver):
-                out.append(Lease(self.key_of[action.txid], action.client_id,
+                out.append(Lease(self.name, self.key_of[action.txid], action.client_id,
                                  action.lease_deadline_ms or 0))  # fmt: skip
             elif isinstance(action, RecordRemoval):
                 key = self.key_of[action.txid]
-                out.append(_removal_record(key, action))
+                out.append(_removal_record(self.name, key, action))
             elif isinstance(action, PublishDeadLetter):
-                out.append(DeadLetter(self.key_of[action.txid], action.reasons.reason_text()))
+                reason = action.reasons.reason_text()
+                out.append(DeadLetter(self.name, self.key_of[action.txid], reason))
+            elif isinstance(action, DeliverBarrier):
+                out.append(self._barrier_released(action.txid))
             elif isinstance(action, AppendOwnership):
                 record = action.record
                 proxied = record.kind is TransferKind.CLAIM or (
                     self.ownership.proxied_transfer and not self._owned_before
                 )
-                out.append(to_log(QUEUE, record, proxied=proxied))
+                assert record.key not in self.barriers, f"barrier {record.key} transferred (R6)"
+                out.append(to_log(self.name, record, proxied=proxied))
             elif isinstance(action, SendOwnership):
                 if self.breakage.log_before_send:
                     out.append(SendRecordNow())
                 # else: the link sends the record once it is durable (only durable records leave)
             elif isinstance(action, SendTransferRequest):
-                out.append(TransferRequest(action.key, self.here, action.owner))
-            else:
-                assert not isinstance(action, DeliverBarrier), "no barriers in this queue"
+                out.append(TransferRequest(self.name, action.key, self.here, action.owner))
         self._owned_before = False
         return out
+
+    def _check_initial_owner(self, key: MessageKey, origin: str) -> None:
+        """R2: before any grant or claim, a Queue's message is its publisher's instance's, a
+        GroupLocalQueue's its InitialOwner's wherever published; a barrier is everyone's."""
+        if not self.spec.replicated or key in self.barriers:
+            return
+        owner = self.ownership.owner_of(key)
+        if owner is not None and owner[1] == 0:
+            expected = self.spec.initial_owner or origin
+            assert owner[0] == expected, f"{key} of {self.name} owned by {owner[0]} at entry"
+
+    def _barrier_released(self, txid: int) -> BarrierReleased:
+        """R6, A3: a barrier goes out here only once every message before it here has left
+        (acks of messages owned elsewhere arrive by replication)."""
+        key = self.key_of[txid]
+        assert key in self.barriers, f"{key} released as a barrier, but is none"
+        early = [k for t, k in self.key_of.items() if t < txid and not self.removed(k)]
+        assert not early, f"{self.here} released barrier {key} before {early} left (R6)"
+        return BarrierReleased(self.name, key)
 
     # -- consumers ---------------------------------------------------------------------------
 
@@ -262,7 +336,7 @@ class SimQueue:
     ) -> list[object]:
         out: list[object] = []
         for _ in range(count):
-            client_id = f"{self.here}c{self._clients}"
+            client_id = f"{self.here}{self.name[0]}{self._clients}"
             self._clients += 1
             consumer = Consumer(client_id, rng.choice([1, 1, 2, 3]), steady)
             self.consumers[client_id] = consumer
@@ -329,7 +403,12 @@ class SimQueue:
         }
 
     def removed(self, key: MessageKey) -> bool:
-        return self.ownership.state_of(key) is OwnershipState.REMOVED
+        """Whether the message left this queue here: for a replicated one as its ownership
+        machine says (an ack anywhere may come before the message); a barrier and a
+        LocalQueue's copy once they entered here and left the engine."""
+        if self.spec.replicated and key not in self.barriers:
+            return self.ownership.state_of(key) is OwnershipState.REMOVED
+        return key in self.entered and self.replica.engine.txid_of(key) is None
 
     def view_of(self, key: MessageKey) -> tuple[bool, bool, tuple[str, int] | None]:
         """What must agree across instances after heal: removed, held by the engine, and
@@ -338,19 +417,23 @@ class SimQueue:
         return self.removed(key), held, self.ownership.owner_of(key)
 
 
-def _removal_record(key: MessageKey, removal: RecordRemoval) -> QueueRecord:
+def _removal_record(queue: str, key: MessageKey, removal: RecordRemoval) -> QueueRecord:
     """The record an engine removal writes (by bookmark: the link would convert txids)."""
     bookmarks = (Bookmark(*key),)
     if removal.reason is RemovalReason.ACKED:
-        return QueueRecord(0, 0, QUEUE, QueueAction.ACK, bookmarks=bookmarks)
+        return QueueRecord(0, 0, queue, QueueAction.ACK, bookmarks=bookmarks)
+    if removal.reason is RemovalReason.BARRIER_DELIVERED:
+        return QueueRecord(0, 0, queue, QueueAction.BARRIER_RELEASED, bookmarks=bookmarks)
     assert removal.reason is RemovalReason.EXPIRED, removal
     reason = removal.expire_reasons.reason_text()
-    return QueueRecord(0, 0, QUEUE, QueueAction.EXPIRED, bookmarks=bookmarks, reason=reason)
+    return QueueRecord(0, 0, queue, QueueAction.EXPIRED, bookmarks=bookmarks, reason=reason)
 
 
 def _removal_of(record: QueueRecord) -> tuple[RemovalReason, ExpireReason]:
     if record.action is QueueAction.ACK:
         return RemovalReason.ACKED, ExpireReason.TIME_LIMIT
+    if record.action is QueueAction.BARRIER_RELEASED:
+        return RemovalReason.BARRIER_DELIVERED, ExpireReason.TIME_LIMIT
     reasons = ExpireReason(0)
     for word in record.reason.split(","):
         reasons |= ExpireReason[word.upper()]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
-from amps.log.records import TransferRecord
+from amps.log.records import QueueRecord, TransferRecord
 
 from .cluster_sim import SimFailure, SimOptions, run_seed
 
@@ -14,19 +16,33 @@ LINE_SEEDS = 50
 
 
 def test_ci_seeds_keep_every_invariant() -> None:
-    """R2-R5, R9, R10, Q13: one lease holder per message, one dead letter per message,
-    nothing persisted lost, the same queue everywhere after heal, everything acked or
-    dead-lettered everywhere, over crashes, cuts and partitions."""
-    transfers = crashes = dead_letters = 0
+    """R2-R6, R9, R10, Q13: one lease holder per message, one dead letter per message (per
+    instance for a LocalQueue's copy or a barrier), nothing persisted lost, the same queue
+    everywhere after heal, everything acked, released or dead-lettered everywhere, over
+    crashes, cuts and partitions; with a Queue, a GroupLocalQueue and a LocalQueue."""
+    seen: Counter[str] = Counter()
     for seed in range(CI_SEEDS):
         cluster = run_seed(seed)
-        replicas = [i.replica for i in cluster.instances.values()]
-        transfers += sum(r.replica.statistics().transferred_in for r in replicas)
-        crashes += sum(1 for line in cluster.transcript if " crash " in line)
-        dead_letters += len(cluster.dead_letters)
-    assert transfers > CI_SEEDS  # the seeds do move messages between instances,
-    assert crashes > CI_SEEDS // 2  # crash instances,
-    assert dead_letters > CI_SEEDS // 4  # and owners expire messages
+        for instance in cluster.instances.values():
+            for queue in instance.queues.values():
+                seen[f"{queue.name} transfers"] += queue.replica.statistics().transferred_in
+            for record in instance.disk.records:
+                if isinstance(record, TransferRecord):
+                    seen[f"{record.queue} records"] += 1
+                mine = record.origin_instance == instance.name
+                if isinstance(record, QueueRecord) and mine:
+                    seen[f"{record.queue} {record.action.name} on {instance.name}"] += 1
+        seen["crashes"] += sum(1 for line in cluster.transcript if " crash " in line)
+        seen["dead letters"] += len(cluster.dead_letters)
+    assert seen["work transfers"] > CI_SEEDS  # the seeds move messages between instances,
+    assert seen["group transfers"] > CI_SEEDS // 4  # away from the InitialOwner too,
+    assert seen["local records"] == seen["local transfers"] == 0  # never a LocalQueue's,
+    for name in ("i0", "i1", "i2"):  # whose copies every instance delivers for itself,
+        assert seen[f"local ACK on {name}"] > CI_SEEDS // 2
+        for queue in ("work", "group", "local"):  # and barriers are released everywhere,
+            assert seen[f"{queue} BARRIER_RELEASED on {name}"] > CI_SEEDS // 20
+    assert seen["crashes"] > CI_SEEDS // 2  # crash instances,
+    assert seen["dead letters"] > CI_SEEDS // 4  # and owners expire messages
 
 
 @pytest.mark.parametrize(
@@ -70,8 +86,8 @@ def test_proxied_transfer_duplicates_only_in_the_documented_way(topology: str) -
     claims = duplicates = 0
     for seed in range(PROXIED_SEEDS):
         cluster = run_seed(seed, SimOptions(topology=topology, proxied=True))
-        replicas = [i.replica for i in cluster.instances.values()]
-        claims += sum(r.replica.statistics().proxied_claims for r in replicas)
+        replicas = [q.replica for i in cluster.instances.values() for q in i.queues.values()]
+        claims += sum(r.statistics().proxied_claims for r in replicas)
         duplicates += cluster.documented_duplicates
     assert claims > 0  # the survivor did claim for its consumers
     assert duplicates < claims  # and a claim meets the owner's own delivery only sometimes
