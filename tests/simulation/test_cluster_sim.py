@@ -11,7 +11,7 @@ from amps.log.records import QueueRecord, TransferRecord
 from .cluster_sim import SimFailure, SimOptions, run_seed
 
 CI_SEEDS = 1_000
-PROXIED_SEEDS = 100
+PROXIED_SEEDS = 60
 LINE_SEEDS = 50
 
 
