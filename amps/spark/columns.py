@@ -8,7 +8,9 @@ Python list per column; here a chunk of a segment becomes Arrow arrays built fro
 - each frame's CRC32C is checked (one call per frame: the only per-record Python step);
 - the fixed fields of every publish are one numpy gather viewed through the codec's own layout
   (`codec._PUBLISH`, shared, not copied), strings are gathered into Arrow string arrays (UTF-8
-  checked by Arrow) and the data bytes joined once.
+  checked by Arrow), and the data bytes are copied by Arrow: a binary-view array over the chunk
+  (each value's offset and length, no Python object per value) cast to binary, the type Spark
+  takes (it refuses binary views).
 
 Anything else (a damaged frame, the magic inside a payload, a malformed string) is not decided
 here: `decode` returns None and the caller reads that chunk with the journal's own reader,
@@ -41,6 +43,7 @@ assert _FIXED_DTYPE.itemsize == _FIXED.size
 _HEADER_DTYPE = np.dtype([("magic", "<u4"), ("crc", "<u4"), ("length", "<u4")])
 _MAGIC_THIRD = codec._MAGIC_BYTES[2]
 _PREFIX = 9  # kind u8 | txid u64: how every record payload starts
+_PREFIX_DTYPE = np.dtype([("kind", "u1"), ("txid", "<u8")])
 _KIND_PUBLISH = int(RecordKind.PUBLISH)
 _CONTROL_KINDS = np.array(sorted(codec.CONTROL_KINDS), np.uint8)
 _crc = google_crc32c.value
@@ -66,8 +69,8 @@ def _gather(arr: npt.NDArray[np.uint8], starts: Int64s, width: int) -> npt.NDArr
     return windows[starts]
 
 
-def _frames(chunk: bytes, arr: npt.NDArray[np.uint8]) -> tuple[Int64s, Int64s] | None:
-    """(offsets, lengths) of the complete frames chained from offset 0, or None when the chain
+def _frames(chunk: bytes, arr: npt.NDArray[np.uint8]) -> tuple[Int64s, npt.NDArray[np.void]] | None:
+    """(offsets, headers) of the complete frames chained from offset 0, or None when the chain
     is not plain (damage, or the magic inside a payload: the caller's ordinary reader decides)."""
     size = len(chunk)
     if size < _HEADER:
@@ -75,20 +78,22 @@ def _frames(chunk: bytes, arr: npt.NDArray[np.uint8]) -> tuple[Int64s, Int64s] |
     # Candidates: where the magic's third byte (0xB5, rare in text) is; then all four checked.
     starts: Int64s = np.flatnonzero(arr[2:] == _MAGIC_THIRD).astype(np.int64)
     starts = starts[starts <= size - _HEADER]
-    starts = starts[_gather(arr, starts, 4).view("<u4").ravel() == codec.MAGIC]
+    headers = _gather(arr, starts, _HEADER).view(_HEADER_DTYPE).ravel()
+    real = headers["magic"] == codec.MAGIC
+    starts, headers = starts[real], headers[real]
     if not len(starts) or starts[0] != 0:
         return None
-    lengths = _gather(arr, starts + 8, 4).view("<u4").ravel().astype(np.int64)
+    lengths = headers["length"].astype(np.int64)
     if (lengths < _PREFIX).any() or (lengths > codec.MAX_PAYLOAD_BYTES).any():
         return None
     stops = starts + _HEADER + lengths
     if not (stops[:-1] == starts[1:]).all():
         return None
     complete = int(np.searchsorted(stops, size, side="right"))
-    return starts[:complete], lengths[:complete]
+    return starts[:complete], headers[:complete]
 
 
-_NONE: tuple[Int64s, Int64s] = (np.empty(0, np.int64), np.empty(0, np.int64))
+_NONE: tuple[Int64s, npt.NDArray[np.void]] = (np.empty(0, np.int64), np.empty(0, _HEADER_DTYPE))
 
 
 def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
@@ -100,23 +105,22 @@ def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
     found = _frames(chunk, arr)
     if found is None:
         return None
-    starts, lengths = found
+    starts, headers = found
     # Every payload starts kind u8 | txid u64; a control frame has 0 where a record has its txid.
-    txids = _gather(arr, starts + _HEADER + 1, 8).view("<u8").ravel()
+    prefixes = _gather(arr, starts + _HEADER, _PREFIX).view(_PREFIX_DTYPE).ravel()
+    txids = prefixes["txid"]
     kept = int(np.searchsorted(np.maximum.accumulate(txids), last_txid, side="right"))
-    starts, lengths, txids = starts[:kept], lengths[:kept], txids[:kept]
     if not kept:
         return Decoded(None, 0, from_txid)
-    stops = starts + _HEADER + lengths
-    headers = _gather(arr, starts, _HEADER).view(_HEADER_DTYPE).ravel()
-    # One CRC32C per frame over its length field and payload, as codec checks it.
+    starts, headers, txids = starts[:kept], headers[:kept], txids[:kept]
+    kinds = prefixes["kind"][:kept]
+    stops = starts + _HEADER + headers["length"]
+    # One CRC32C per frame over its length field and payload, as codec checks it (compared as
+    # Python lists: no array built from the computed values).
     crc = _crc
-    crcs = np.array(
-        [crc(chunk[a:b]) for a, b in zip((starts + 8).tolist(), stops.tolist(), strict=True)]
-    )
-    if (crcs != headers["crc"]).any():
+    crcs = [crc(chunk[a:b]) for a, b in zip((starts + 8).tolist(), stops.tolist(), strict=True)]
+    if crcs != headers["crc"].tolist():
         return None
-    kinds = arr[starts + _HEADER]
     control = np.isin(kinds, _CONTROL_KINDS)
     try:
         for i in np.flatnonzero(control).tolist():
@@ -157,6 +161,44 @@ def _strings(arr: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> pa.
         return None
 
 
+_INLINE = 12  # a binary-view value this long or shorter is held in its view, not referenced
+
+
+def _binary(chunk: bytes, arr: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> pa.Array:
+    """The bytes at `starts` as an Arrow binary array, copied by Arrow (a cast from a
+    binary-view array over the chunk) rather than sliced and joined per value in Python."""
+    n = len(starts)
+    views = np.zeros((n, 4), np.int32)  # length, prefix (4 bytes), buffer index, offset
+    views[:, 0] = lengths
+    referenced = lengths > _INLINE
+    if referenced.all():
+        views[:, 1] = _gather(arr, starts, 4).view("<i4").ravel()
+        views[:, 3] = starts
+    else:
+        at = starts[referenced]
+        views[referenced, 1] = _gather(arr, at, 4).view("<i4").ravel()
+        views[referenced, 3] = at
+        # Short values are held inline: up to 12 bytes after the length, zero-padded.
+        short = ~referenced
+        columns = np.arange(_INLINE)
+        window = np.minimum(starts[short][:, None] + columns, len(arr) - 1)
+        inline = np.where(columns < lengths[short][:, None], arr[window], 0)
+        views.view(np.uint8).reshape(n, 16)[short, 4:] = inline
+    array = pa.Array.from_buffers(
+        pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(chunk)]
+    )
+    try:
+        return array.cast(pa.binary())
+    except pa.ArrowNotImplementedError:  # an Arrow without this cast: copy value by value
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        ends = (starts + lengths).tolist()
+        joined = b"".join([chunk[a:b] for a, b in zip(starts.tolist(), ends, strict=True)])
+        return pa.Array.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(joined)]
+        )
+
+
 def _publishes(
     chunk: bytes, arr: npt.NDArray[np.uint8], payloads: Int64s, stops: Int64s
 ) -> pa.RecordBatch | None:
@@ -182,9 +224,7 @@ def _publishes(
         correlations = pa.nulls(n, pa.string())
     if topics is None or origins is None or groups is None or correlations is None:
         return None
-    data_offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(stops - data_at, out=data_offsets[1:])
-    data = b"".join([chunk[a:b] for a, b in zip(data_at.tolist(), stops.tolist(), strict=True)])
+    data = _binary(chunk, arr, data_at, stops - data_at)
     publishers = pa.array(np.ascontiguousarray(fixed["pub"])).cast(pa.string())
     seqs = pa.array(fixed["seq"].astype(np.int64))
     columns = [
@@ -192,9 +232,7 @@ def _publishes(
         pc.binary_join_element_wise(publishers, seqs.cast(pa.string()), "", "|"),
         pa.array(fixed["txid"].astype(np.int64)),
         pa.array(fixed["ts"].astype(np.int64)).cast(TIMESTAMP),
-        pa.Array.from_buffers(
-            pa.binary(), n, [None, pa.py_buffer(data_offsets), pa.py_buffer(data)]
-        ),
+        data,
         publishers,
         seqs,
         origins,

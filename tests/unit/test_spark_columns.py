@@ -122,3 +122,19 @@ def test_an_incomplete_last_frame_and_a_range_are_not_consumed() -> None:
         b"body-2",
         b"body-3",
     ]
+
+
+def test_short_empty_and_long_bodies_up_to_the_chunks_last_byte() -> None:
+    """Bodies of 12 bytes or fewer are held inline in the data column's views, longer ones are
+    copied from the chunk: both, mixed, and one ending at the chunk's very last byte."""
+    bodies = [b"", b"a", b"twelve bytes", b"thirteen byte", b"x" * 300, b"end"]
+    frames = [
+        codec.encode_publish(t, T0 + t, "t", body, 9, t, "a", "g", t, "", 0)
+        for t, body in enumerate(bodies, start=1)
+    ]
+    for chosen in (frames, frames[:3], frames[3:5]):
+        decoded = columns.decode(b"".join(chosen), 1, 10)
+        assert decoded is not None
+        assert decoded.batch is not None
+        expected = [bodies[frames.index(f)] for f in chosen]
+        assert decoded.batch.column("data").to_pylist() == expected
