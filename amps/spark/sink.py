@@ -12,7 +12,7 @@ the rows of each partition (their order too) are the same from run to run.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -69,39 +69,42 @@ def sequence_base(batch_id: int | None) -> int:
     return 0 if batch_id is None else (batch_id + 1) << BATCH_SEQ_SHIFT
 
 
-def _rows(batches: Iterator[pa.RecordBatch], default_topic: str) -> Iterator[tuple[str, bytes]]:
-    for batch in batches:
-        data = batch.column("data")
-        datas = [
-            b"" if v is None else v.encode() if isinstance(v, str) else v for v in data.to_pylist()
-        ]
-        names = batch.schema.names
-        if "topic" in names:
-            topics = [t or default_topic for t in batch.column("topic").to_pylist()]
-        else:
-            topics = [default_topic] * len(datas)
-        for topic, payload in zip(topics, datas, strict=True):
-            if not topic:
-                raise InvalidOptions("a row has no topic and the topic option is not set")
-            yield topic, payload
+def _columns(batch: pa.RecordBatch, default_topic: str) -> tuple[Sequence[str], list[bytes]]:
+    """(topics, payloads) of one batch's rows."""
+    datas = [
+        b"" if v is None else v.encode() if isinstance(v, str) else v
+        for v in batch.column("data").to_pylist()
+    ]
+    if "topic" not in batch.schema.names:
+        topics: Sequence[str] = [default_topic] * len(datas)
+    else:
+        topics = [t or default_topic for t in batch.column("topic").to_pylist()]
+    if not all(topics):
+        raise InvalidOptions("a row has no topic and the topic option is not set")
+    return topics, datas
 
 
 async def _publish(
-    options: SinkOptions, partition: int, base: int, rows: Iterator[tuple[str, bytes]]
+    options: SinkOptions, partition: int, base: int, batches: Iterator[pa.RecordBatch]
 ) -> Written:
     client = Client(f"{options.publisher}.p{partition}", reconnect=True)
     published = skipped = 0
     try:
         await client.connect(list(options.servers), timeout_s=CONNECT_TIMEOUT_S)
         held = client.statistics().last_seq  # what the instance has for this name (L3)
-        seq = base
-        for topic, payload in rows:
-            seq += 1
-            if seq <= held:
-                skipped += 1
-                continue
-            await client.publish(topic, payload, seq=seq)
-            published += 1
+        seq = base  # the sequence number of the last row before this batch
+        publish = client.publish
+        for batch in batches:
+            topics, datas = _columns(batch, options.topic)
+            first, seq = seq + 1, seq + len(datas)
+            # Rows at or below what the instance holds are skipped without being sent.
+            skip = min(len(datas), max(0, held - first + 1))
+            skipped += skip
+            for topic, payload, row_seq in zip(
+                topics[skip:], datas[skip:], range(first + skip, seq + 1), strict=True
+            ):
+                await publish(topic, payload, seq=row_seq)
+            published += len(datas) - skip
         await client.flush(FLUSH_TIMEOUT_S)
     finally:
         await client.close()
@@ -112,5 +115,4 @@ def write(
     options: SinkOptions, partition: int, batch_id: int | None, batches: Iterator[pa.RecordBatch]
 ) -> Written:
     """Publish one task's rows, and return once the instance persisted them all."""
-    rows = _rows(batches, options.topic)
-    return asyncio.run(_publish(options, partition, sequence_base(batch_id), rows))
+    return asyncio.run(_publish(options, partition, sequence_base(batch_id), batches))
