@@ -47,6 +47,38 @@ def _timed(action: Any) -> tuple[Any, float]:
     return result, time.perf_counter() - started
 
 
+def _tree_cpu_s(root: int) -> float:
+    """user+sys CPU seconds of `root` and every process under it (Spark's JVM, its Python
+    workers), with what their reaped children used: what a query cost, whatever the load."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parents[int(entry.name)] = int(fields[1])
+        ticks[int(entry.name)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    total = 0
+    for pid, used in ticks.items():
+        ancestor = pid
+        while ancestor > 1 and ancestor != root:
+            ancestor = parents.get(ancestor, 0)
+        if ancestor == root:
+            total += used
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _timed_cpu(action: Any) -> tuple[Any, float, float]:
+    """(result, wall seconds, CPU seconds of this process tree)."""
+    cpu = _tree_cpu_s(os.getpid())
+    result, seconds = _timed(action)
+    return result, seconds, _tree_cpu_s(os.getpid()) - cpu
+
+
 async def _publish(address: str, topic: str, rows: int) -> None:
     payloads = json_payloads(size=BYTES)
     client = Client(f"bench-{uuid.uuid4().hex[:8]}")
@@ -159,19 +191,22 @@ def bench_reads(spark: Any, rows: int) -> None:
         sources = {"amps": (journal, count), "amps_records": (journal, count),
                    "amps_ceiling": (None, ceiling_rows)}  # fmt: skip
         best: dict[tuple[str, str], float] = {}
+        cpu: dict[tuple[str, str], float] = {}  # the least CPU microseconds per row seen
         for _ in range(ROUNDS):  # interleaved, best of each: the machine's load comes and goes
             for name, (path, expected) in sources.items():
                 for query in ("count", "groupBy"):
                     frame = spark.read.format(name).load(path) if path else spark.read.format(
                         name).load()  # fmt: skip
                     if query == "count":
-                        got, seconds = _timed(frame.count)
+                        got, seconds, used = _timed_cpu(frame.count)
                     else:
-                        grouped, seconds = _timed(frame.groupBy("topic").count().collect)
+                        grouped, seconds, used = _timed_cpu(frame.groupBy("topic").count().collect)
                         got = sum(r["count"] for r in grouped)
                     assert got == expected, (name, query, got, expected)
                     rate = _rate(expected, seconds)
                     best[name, query] = max(best.get((name, query), 0.0), rate)
+                    per_row = used * 1e6 / expected
+                    cpu[name, query] = min(cpu.get((name, query), per_row), per_row)
         for query, label in (("count", "count()"), ("groupBy", "groupBy(topic).count()")):
             read, ceiling = best["amps", query], best["amps_ceiling", query]
             before = best["amps_records", query]
@@ -179,6 +214,10 @@ def bench_reads(spark: Any, rows: int) -> None:
                   f"ceiling {ceiling:,.0f} rows/s ({read / ceiling:.2f}x); per-record "
                   f"decode (before) {before:,.0f} rows/s ({before / ceiling:.2f}x)",
                   flush=True)  # fmt: skip
+            ours, least, old = (cpu[n, query] for n in ("amps", "amps_ceiling", "amps_records"))
+            print(f"  CPU per row (JVM and Python workers, least of {ROUNDS}): {ours:.2f} us, "
+                  f"ceiling {least:.2f} us ({least / ours:.2f}x); per-record decode "
+                  f"{old:.2f} us ({least / old:.2f}x)", flush=True)  # fmt: skip
 
         replay = asyncio.run(_replay_rate(instance.address, "bench", rows))
         server = spark.read.format("amps").option("server", instance.address)
