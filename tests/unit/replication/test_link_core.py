@@ -30,6 +30,15 @@ def pair() -> Network:
     return mesh(["a", "b"])
 
 
+def ready_pair() -> Network:
+    """a and b with their Hellos exchanged: the link is READY both ways."""
+    net = pair()
+    net.connect("a", "b")
+    while net.deliver("a", "b") or net.deliver("b", "a"):
+        pass
+    return net
+
+
 def sent(actions: Sequence[object]) -> list[object]:
     return [a.frame for a in actions if isinstance(a, Send)]
 
@@ -66,10 +75,7 @@ def test_the_accepting_side_answers_only_after_the_dialler_names_itself() -> Non
 
 def test_a_batch_is_sent_at_once_on_an_idle_link_and_batches_grow_under_load() -> None:
     """Send now when idle, coalesce while the window is full (one gRPC message per batch)."""
-    net = pair()
-    net.connect("a", "b")
-    while net.deliver("a", "b") or net.deliver("b", "a"):
-        pass
+    net = ready_pair()
     a = net.instances["a"]
     a.publish()
     net.flush("a")
@@ -90,10 +96,7 @@ def test_a_batch_is_sent_at_once_on_an_idle_link_and_batches_grow_under_load() -
 
 def test_the_window_also_bounds_the_bytes_in_flight() -> None:
     """Rule 3: a wide window of batches is still bounded by the bytes not yet acknowledged."""
-    net = pair()
-    net.connect("a", "b")
-    while net.deliver("a", "b") or net.deliver("b", "a"):
-        pass
+    net = ready_pair()
     a = net.instances["a"]
     # One 1-byte record per batch, room for 64 batches but only 3 bytes.
     a.links["b"].limits = LinkLimits(max_batch_records=1, window_batches=64, window_bytes=3)
@@ -113,10 +116,7 @@ def test_the_window_also_bounds_the_bytes_in_flight() -> None:
 
 def test_acks_come_only_after_the_records_are_durable_on_the_receiver() -> None:
     """L2/R10: a position is acknowledged (and later reported) only once it is on disk."""
-    net = pair()
-    net.connect("a", "b")
-    while net.deliver("a", "b") or net.deliver("b", "a"):
-        pass
+    net = ready_pair()
     net.instances["a"].publish()
     net.flush("a")
     net.deliver("a", "b")
@@ -154,10 +154,7 @@ def test_records_not_for_the_destination_are_acknowledged_by_position() -> None:
 
 
 def test_heartbeats_on_an_idle_link_and_close_when_the_peer_is_silent() -> None:
-    net = pair()
-    net.connect("a", "b")
-    while net.deliver("a", "b") or net.deliver("b", "a"):
-        pass
+    net = ready_pair()
     core = net.instances["a"].links["b"]
     deadline = core.next_deadline_ms()
     assert deadline == LIMITS.heartbeat_interval_ms
