@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from amps.config.model import DestinationConfig, ReplicationTransportConfig
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record, TransferRecord
+from amps.publishing import persisted_through
 from replication.frames import Heartbeat
 from replication.frames import TransferRequest as RequestFrame
 from replication.link_core import (
@@ -55,6 +56,7 @@ from replication.link_core import (
     LinkLimits,
     LinkState,
     LogAdvanced,
+    PeerAcked,
     RecordsDurable,
     RequestArrived,
     Send,
@@ -102,7 +104,7 @@ class SimOptions:
     drain_steps: int = 3_000
     max_delay_ms: int = 6
     max_skew_ms: int = 20  # how far an instance's clock may run ahead of another's
-    sync_probability: float = 0.3
+    commit_probability: float = 0.3  # of an instance's group commit in a step
     crash_probability: float = 0.015
     cut_probability: float = 0.02
     partition_probability: float = 0.01
@@ -116,18 +118,20 @@ class SimOptions:
     break_first_request: bool = False  # every request granted, not the first (must fail)
     break_replay: bool = False  # recovery replays at the current time (must fail)
     break_reachability: bool = False  # only neighbours heard, not through them (must fail)
+    sync_probability: float = 0.5  # of a seed giving each destination SyncType sync at 1/2
+    failover: bool = False  # publishers fail over across sync destinations (see fail_over)
 
 
 class SimFailure(AssertionError):
     """An invariant broke; the message carries the seed and the last steps."""
 
 
-def destination(peer: str) -> DestinationConfig:
-    """Every instance replicates to every other, its own group, passing everything through."""
+def destination(peer: str, *, sync: bool) -> DestinationConfig:
+    """A destination for `peer`, its own group, passing everything through."""
     return DestinationConfig(
         name=peer,
         group=peer,
-        sync_type="async",
+        sync_type="sync" if sync else "async",
         transports=(ReplicationTransportConfig("amps-replication"),),
         pass_through=".*",
     )
@@ -135,8 +139,11 @@ def destination(peer: str) -> DestinationConfig:
 
 @dataclass
 class Publisher:
-    """A client publishing with its own sequence numbers to its own instance; it republishes
-    what a crash of that instance lost before it was persisted (L3)."""
+    """A client publishing with its own sequence numbers to one instance; it republishes what
+    a crash of that instance lost before it was persisted (L3), and while it is down it fails
+    over to one of that instance's sync destinations, republishing there everything not yet
+    acknowledged as persisted (the replication guide: fail over only across sync
+    destinations)."""
 
     publisher_id: int
     home: str
@@ -156,9 +163,11 @@ class Instance:
         peers: Sequence[str],
         options: SimOptions,
         specs: Sequence[QueueSpec],
+        sync_to: frozenset[str],
     ) -> None:
         self.name = name
         self.specs = tuple(specs)
+        self.sync_to = sync_to  # the destinations whose SyncType is sync
         self.others = tuple(n for n in names if n != name)
         self.peers = tuple(peers)  # the instances it has a link (a destination) to
         self.options = options
@@ -176,7 +185,9 @@ class Instance:
         kind = NeighboursOnly if self.options.break_reachability else Reachability
         self.reachability = kind(self.name)
         local = frozenset(s.name for s in self.specs if not s.replicated)
-        routes = {p: Route(self.name, destination(p), local) for p in self.peers}
+        routes = {
+            p: Route(self.name, destination(p, sync=p in self.sync_to), local) for p in self.peers
+        }
         self.links = {
             p: LinkCore(
                 self.name, self.name, self.disk, routes, self.book, p,
@@ -232,8 +243,14 @@ class Cluster:
             QueueSpec("group", "GroupLocalQueue", self.rng.choice(self.names)),
             QueueSpec("local", "LocalQueue"),
         )
+        synced = self.rng.random() < options.sync_probability
+        self.sync_to = {
+            n: frozenset(p for p in self.peers_of(n) if synced and self.rng.random() < 0.5)
+            for n in self.names
+        }
         self.instances = {
-            n: Instance(n, self.names, self.peers_of(n), options, self.specs) for n in self.names
+            n: Instance(n, self.names, self.peers_of(n), options, self.specs, self.sync_to[n])
+            for n in self.names
         }
         for instance in self.instances.values():
             instance.skew_ms = self.rng.randint(0, options.max_skew_ms)
@@ -320,7 +337,7 @@ class Cluster:
                 queue = rng.choice(list(instance.queues.values()))
                 self.perform(instance, queue.consumer_step(rng, self.clock(instance)))
         for instance in self.instances.values():
-            if instance.up and rng.random() < options.sync_probability:
+            if instance.up and rng.random() < options.commit_probability:
                 self.sync(instance)
         self.pump()
         self.check_step()
@@ -425,11 +442,7 @@ class Cluster:
         disk.sync()
         if self.rng.random() < 0.5:
             instance.saved_book = instance.book.entries()  # type: ignore[assignment]
-        for publisher in self.publishers:
-            for seq, (where, txid) in list(publisher.unpersisted.items()):
-                if where == instance.name and txid <= disk.durable_txid:
-                    del publisher.unpersisted[seq]
-                    self.persisted.append((publisher.publisher_id, seq))
+        self.release_persisted(instance)
         waits, instance.durable_waits = instance.durable_waits, []
         for wait in waits:
             txid, peer, through, ident = wait
@@ -449,6 +462,22 @@ class Cluster:
             else:
                 self.dead_letter(instance, item)
         self.advance_links(instance)
+
+    def release_persisted(self, instance: Instance) -> None:
+        """L2: publishers get their persisted acks for what is durable here and held by every
+        sync destination (`amps.publishing.persisted_through`, as the server decides)."""
+        acked = [instance.links[p].acked_through_txid for p in instance.sync_to]
+        through = persisted_through(instance.disk.durable_txid, acked)
+        for publisher in self.publishers:
+            for seq, (where, txid) in list(publisher.unpersisted.items()):
+                if where == instance.name and txid <= through:
+                    del publisher.unpersisted[seq]
+                    key = (publisher.publisher_id, seq)
+                    self.persisted.append(key)
+                    for peer in instance.sync_to:
+                        if not self.instances[peer].disk.holds_durably(key):
+                            early = f"before its sync destination {peer} held it durably (L2)"
+                            self.fail(f"{key} acked as persisted by {instance.name} {early}")
 
     def advance_links(self, instance: Instance) -> None:
         for peer, core in instance.links.items():
@@ -497,13 +526,17 @@ class Cluster:
     def publish(self) -> None:
         """A publisher sends its next message, or republishes a lost one, to its instance.
 
-        It waits while its instance is down: failing over with asynchronous replication can
-        make a later sequence number reach a third instance before an earlier one, which L4
-        then discards there as a duplicate (seed 33 of this simulation's first version)."""
+        While its instance is down it waits, or with `failover` fails over to an up sync
+        destination of it: failing over to an asynchronous one can make a later sequence
+        number reach a third instance before an earlier one, which L4 then discards there as
+        a duplicate (seed 33 of this simulation's first version)."""
         publisher = self.rng.choice(self.publishers)
         target = self.instances[publisher.home]
         if not target.up:
-            return
+            found = self.fail_over(publisher) if self.options.failover else None
+            if found is None:
+                return
+            target = found
         if publisher.lost:
             seq = publisher.lost.pop(0)
         elif self.published < self.options.messages:
@@ -530,6 +563,25 @@ class Cluster:
         publisher.unpersisted[seq] = (target.name, stamped.txid)
         self.note(f"publish {key} to {topic} at {target.name}")
         self.perform(target, target.applied(stamped, now_ms, local=True))
+
+    def fail_over(self, publisher: Publisher) -> Instance | None:
+        """The publisher's instance is down: connect to the first up sync destination of it
+        and republish, in order, everything not acknowledged as persisted.
+
+        Not in the CI seeds: a `Queue` message that was durable on the dead instance but not
+        yet persisted-acked is then logged on two instances, each its origin, so each owns
+        it at epoch 0 and both deliver it; the copies never converge (L4 discards the other
+        copy unseen by the queue). `make sim FAILOVER=1 SEED=61` shows it."""
+        home = self.instances[publisher.home]
+        up = [self.instances[n] for n in sorted(home.sync_to) if self.instances[n].up]
+        if not up:
+            return None
+        target = up[0]
+        publisher.lost = sorted({*publisher.lost, *publisher.unpersisted})
+        publisher.unpersisted.clear()
+        publisher.home = target.name
+        self.note(f"publisher {publisher.publisher_id} fails over to {target.name}")
+        return target
 
     # -- the network -----------------------------------------------------------------------
 
@@ -597,6 +649,8 @@ class Cluster:
                 )
             elif isinstance(action, RequestArrived):
                 self.request_arrived(instance, peer, action.request)
+            elif isinstance(action, PeerAcked) and peer in instance.sync_to:
+                self.release_persisted(instance)
             elif isinstance(action, Close):
                 self.close_stream(instance.name, peer, action.reason)
         core = instance.links[peer]
@@ -839,7 +893,16 @@ class Cluster:
 
     def fail(self, why: str) -> None:
         tail = "\n".join(self.transcript[-30:])
-        raise SimFailure(f"{why}\nreproduce with: make sim SEED={self.seed}\nlast steps:\n{tail}")
+        options = self.options
+        flags = [
+            f"INSTANCES={options.instances}" if options.instances != 3 else "",
+            f"TOPOLOGY={options.topology}" if options.topology != "mesh" else "",
+            "PROXIED=1" if options.proxied else "",
+            "FAILOVER=1" if options.failover else "",
+            f"SEED={self.seed}",
+        ]
+        again = " ".join(f for f in flags if f)
+        raise SimFailure(f"{why}\nreproduce with: make sim {again}\nlast steps:\n{tail}")
 
 
 def run_seed(seed: int, options: SimOptions | None = None) -> Cluster:
@@ -863,9 +926,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--proxied", action="store_true", help="proxied transfer on i0 (R7)")
     parser.add_argument("--instances", type=int, default=3, help="how many instances")
     parser.add_argument("--topology", choices=("mesh", "line"), default="mesh")
+    parser.add_argument("--failover", action="store_true", help="publishers fail over")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.seeds)
-    options = SimOptions(instances=args.instances, topology=args.topology, proxied=args.proxied)
+    options = SimOptions(
+        instances=args.instances,
+        topology=args.topology,
+        proxied=args.proxied,
+        failover=args.failover,
+    )
     for seed in seeds:
         try:
             cluster = run_seed(seed, options)

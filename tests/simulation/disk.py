@@ -78,6 +78,13 @@ class SimDisk:
         if isinstance(record, PublishRecord):
             self.marks.advance(record.publisher_id, record.seq)
 
+    def holds_durably(self, key: tuple[int, int]) -> bool:
+        """Whether a publish of this (publisher id, seq) is in the durable part of the log."""
+        return any(
+            isinstance(r, PublishRecord) and (r.publisher_id, r.seq) == key
+            for r in self.records[: self.durable]
+        )
+
     def sync(self) -> None:
         """fsync: everything appended so far survives a crash."""
         self.durable = self.last_txid

@@ -51,7 +51,6 @@ from replication.ownership import (
 from replication.queue_replica import QueueKind, QueueReplica, ReplicaAction, ReplicaOptions
 from replication.transfers import from_log, to_log
 
-REPLAY_MS = 0  # recovery replays the log at this time, before anything is due
 LEASE_MS = 80
 BARRIER_DATA = b'{"barrier":1}'  # the queues' BarrierExpression matches this data only
 POLICY = QueuePolicy(
@@ -200,13 +199,15 @@ class SimQueue:
     def recover(self, records: Sequence[Record], now_ms: int) -> list[object]:
         """Rebuild the queue from the durable log, then return what is due now.
 
-        The log is replayed before any time-driven work (at time 0, when nothing is due):
-        replayed at the current time, a message past its expiration would be expired before
-        a later record in the log (its ack, its owner's expiry) is read, writing a second
-        removal and dead letter, or, if recovery writes nothing it decides (`replay_at_now`,
-        as the server's recovery did), a removal no other instance hears of. What is due then
-        leaves with its own record."""
-        replay_ms = now_ms if self.breakage.replay_at_now else REPLAY_MS
+        As the server recovers (`amps/server/queue_manager.py`): the log is replayed with the
+        engine's deadlines deferred (`QueueEngine.defer_deadlines`), then one live deadline
+        step writes what is due with its own records. Replayed with its deadlines running
+        (`replay_at_now`, as the server's recovery once did, writing nothing it decided), a
+        message past its expiration would be expired before a later record in the log (its
+        ack, its owner's expiry) is read: a removal no other instance hears of."""
+        engine = self.replica.engine
+        broken = self.breakage.replay_at_now
+        engine.defer_deadlines(not broken)
         out: list[object] = []
         for record in records:
             if not self.holds(record):
@@ -215,10 +216,11 @@ class SimQueue:
                 for key in self._keys(record):
                     reason, reasons = _removal_of(record)
                     event = MessageRemoved(reason, bookmark=key, expire_reasons=reasons)
-                    out += self._out(self.replica.handle(event, replay_ms))
+                    out += self._out(self.replica.handle(event, now_ms))
             else:
-                out += self.applied(record, replay_ms, local=False)
-        if self.breakage.replay_at_now:
+                out += self.applied(record, now_ms, local=False)
+        engine.defer_deadlines(False)
+        if broken:
             out = []
         return out + self._out(self.replica.on_deadline(now_ms))
 

@@ -19,7 +19,8 @@ def test_ci_seeds_keep_every_invariant() -> None:
     """R2-R6, R9, R10, Q13: one lease holder per message, one dead letter per message (per
     instance for a LocalQueue's copy or a barrier), nothing persisted lost, the same queue
     everywhere after heal, everything acked, released or dead-lettered everywhere, over
-    crashes, cuts and partitions; with a Queue, a GroupLocalQueue and a LocalQueue."""
+    crashes, cuts and partitions; with a Queue, a GroupLocalQueue and a LocalQueue, and in
+    half the seeds sync destinations (a persisted ack only once each holds the message)."""
     seen: Counter[str] = Counter()
     for seed in range(CI_SEEDS):
         cluster = run_seed(seed)
@@ -32,6 +33,7 @@ def test_ci_seeds_keep_every_invariant() -> None:
                 mine = record.origin_instance == instance.name
                 if isinstance(record, QueueRecord) and mine:
                     seen[f"{record.queue} {record.action.name} on {instance.name}"] += 1
+        seen["seeds with sync destinations"] += any(cluster.sync_to.values())
         seen["crashes"] += sum(1 for line in cluster.transcript if " crash " in line)
         seen["dead letters"] += len(cluster.dead_letters)
     assert seen["work transfers"] > CI_SEEDS  # the seeds move messages between instances,
@@ -41,6 +43,7 @@ def test_ci_seeds_keep_every_invariant() -> None:
         assert seen[f"local ACK on {name}"] > CI_SEEDS // 2
         for queue in ("work", "group", "local"):  # and barriers are released everywhere,
             assert seen[f"{queue} BARRIER_RELEASED on {name}"] > CI_SEEDS // 20
+    assert seen["seeds with sync destinations"] > CI_SEEDS // 4  # hold persisted acks (L2),
     assert seen["crashes"] > CI_SEEDS // 2  # crash instances,
     assert seen["dead letters"] > CI_SEEDS // 4  # and owners expire messages
 
@@ -74,7 +77,8 @@ def test_a_broken_rule_fails_within_the_ci_seeds(options: SimOptions) -> None:
             break
     else:
         pytest.fail("no CI seed noticed the broken rule")
-    assert f"make sim SEED={failed[0]}" in failed[1]
+    assert "reproduce with: make sim " in failed[1]
+    assert f"SEED={failed[0]}\n" in failed[1]
 
 
 @pytest.mark.parametrize("topology", ["mesh", "line"])
