@@ -24,6 +24,11 @@ from dataclasses import dataclass
 from replication.frames import OriginPosition
 from replication.positions import PositionBook
 
+# Replicated txid ranges kept above this instance's own head: contiguous ranges merge, so two
+# ranges have a local record between them and the walk back from the durable txid stops at
+# the first such gap; ranges below the own head are dropped as it moves on. A safety bound.
+MAX_RANGES = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class OriginLag:
@@ -48,8 +53,15 @@ class OriginHeads:
 
     def replicated(self, first_txid: int, last_txid: int) -> None:
         """Local txids first..last hold peers' records (appended in one call)."""
-        if first_txid <= last_txid:
-            self._replicated.append((first_txid, last_txid))
+        if first_txid > last_txid:
+            return
+        ranges = self._replicated
+        if ranges and ranges[-1][1] + 1 == first_txid:
+            ranges[-1] = (ranges[-1][0], last_txid)  # an instance that only receives: one range
+        else:
+            ranges.append((first_txid, last_txid))
+            if len(ranges) > MAX_RANGES:
+                ranges.popleft()
 
     def durable(self, durable_txid: int) -> None:
         """The local log is durable through `durable_txid`: move this instance's own head."""

@@ -357,14 +357,16 @@ class Server:
             self.instance.holds.register(
                 f"destination {name}", _acked_through(replicator.cores[name])
             )
+        # Hooked in before its server accepts a stream: a peer's batch made durable here is
+        # acknowledged from the commit's hook (Replicator.log_advanced).
+        self.instance.replicator = replicator
+        self.replicator = replicator
         try:
             await replicator.start()
         except errors.ConfigError as exc:  # a TLS file of amps-replication-secure
             fatal(FatalReason.CONFIG_INVALID, exc.message)
         except RuntimeError as exc:
             fatal(FatalReason.ADDRESS_IN_USE, f"replication cannot listen: {exc}")
-        self.instance.replicator = replicator
-        self.replicator = replicator
 
     async def _start_admin(self) -> None:
         admin = self.config.admin

@@ -81,3 +81,12 @@ def test_the_own_head_skips_the_peers_records_the_log_interleaves() -> None:
     heads.replicated(11, 12)
     heads.durable(12)
     assert heads.positions() == (OriginPosition("a", 10, 10),)
+
+
+def test_an_instance_that_only_receives_keeps_one_range_and_no_own_head() -> None:
+    heads = OriginHeads("b")
+    for first in range(1, 10_001, 10):
+        heads.replicated(first, first + 9)
+        heads.durable(first + 9)
+    assert heads.positions() == ()
+    assert len(heads._replicated) == 1
