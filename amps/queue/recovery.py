@@ -18,7 +18,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, islice, repeat
-from operator import itemgetter, le, lt
+from operator import add, itemgetter, le, lt
 
 from amps.queue.actions import Action, ExpireReason, RemovalReason
 from amps.queue.bookmarks import BookmarkIndex
@@ -69,6 +69,10 @@ class QueueSnapshot:
     hints: int = 0
     """What the taker knew about the columns (HINT_*), so restore need not check it row by
     row; 0 (an older snapshot) makes restore verify everything itself."""
+    elsewhere_flags: bytes = b""
+    """1 for each message another instance owns (R2: kept, never delivered here), 0 else;
+    empty when none is (always, for a queue that is not replicated). Not in AQS3: the
+    replicated queue's snapshot (`replication/queue_snapshot.py`) stores it."""
 
     def bookmark_of(self) -> dict[int, tuple[int, int]]:
         """txid -> (publisher_id, seq) of every live message (slow; for tests and tools)."""
@@ -207,6 +211,7 @@ def snapshot(state: QueueState) -> QueueSnapshot:
         priorities = pick(table.priority, "Q")
     flags = pick(table.flags, "B").tobytes()
     barriers = flags.translate(_BARRIER_MASK)
+    elsewhere = flags.translate(_ELSEWHERE_MASK) if state.elsewhere_count else b""
     hints = 0
     if 1 not in flags.translate(_OUT_OF_ORDER_MASK):
         hints |= HINT_EXPIRIES_IN_ORDER
@@ -225,10 +230,11 @@ def snapshot(state: QueueState) -> QueueSnapshot:
             array(c.typecode, compress(c, indexed)) for c in (txids, stamps, priorities, expiries)
         )
         barriers = bytes(compress(barriers, indexed))
+        elsewhere = bytes(compress(elsewhere, indexed))
     deferred = tuple(sorted((p, s, at) for (p, s), at in state.deferred.items()))
     return QueueSnapshot(
         state.last_txid, txids, stamps, priorities, barriers, expiries, runs, unordered,
-        deferred, hints,
+        deferred, hints, elsewhere,
     )  # fmt: skip
 
 
@@ -308,14 +314,16 @@ def restore(state: QueueState, snap: QueueSnapshot, shift_ms: int) -> None:
         expiries = None if base is None else add_constant(stamps, base)
     else:
         expiries = _shifted(snap.expire_at_ms, shift_ms)
-    target = policy.target_queue_depth
-    active = count if target is None else min(count, target)
+    rows = _row_states(snap, count, policy.target_queue_depth)
     # -- the table
     table.txid = columns("q", txids)
     table.timestamp_ms = columns("q", stamps)
-    state_bytes = bytes([AVAILABLE]) * active + bytes([INACTIVE]) * (count - active)
-    table.state = columns("B", state_bytes)
-    flags = bytearray(bytes(snap.barrier_flags).translate(_BARRIER_FLAG))
+    table.state = columns("B", rows.states)
+    if rows.elsewhere:
+        marks = bytes(map(add, snap.barrier_flags, snap.elsewhere_flags.translate(_TIMES_TWO)))
+        flags = bytearray(marks.translate(_ROW_FLAGS))
+    else:
+        flags = bytearray(bytes(snap.barrier_flags).translate(_BARRIER_FLAG))
     table.delivery_count = columns("H", bytes(2 * count))
     table.cancel_count = columns("H", bytes(2 * count))
     table.lease_sub = columns("i", array("i", [-1]) * count)
@@ -332,12 +340,18 @@ def restore(state: QueueState, snap: QueueSnapshot, shift_ms: int) -> None:
     table.flags = columns("B", flags)
     # -- counts, barriers, levels, bookmarks
     state.counters.entered_total += count
-    state.active_count = active
-    state.inactive_count = count - active
-    state.activation_slot = active
+    state.active_count = rows.active
+    state.inactive_count = count - rows.elsewhere - rows.active
+    state.elsewhere_count = rows.elsewhere
+    state.activation_slot = rows.activation_slot
     if snap.barrier_flags.count(0) != count:
         state.barriers.extend(compress(txids, snap.barrier_flags))
-    _fill_levels(state, txids, snap.priorities, active)
+    if rows.fresh is None:
+        fresh, fresh_priorities = txids, snap.priorities
+    else:
+        fresh = array("q", compress(txids, rows.fresh))
+        fresh_priorities = array("Q", compress(snap.priorities, rows.fresh))
+    _fill_levels(state, fresh, fresh_priorities, snap.priorities)
     _fill_bookmarks(state, snap)
     if count:
         state.last_txid = txids[-1]
@@ -396,18 +410,58 @@ def _track_expiries(
     state.expiry_max_seen_ms = max_seen
 
 
-def _fill_levels(state: QueueState, txids: array[int], priorities: array[int], active: int) -> None:
-    """The first `active` messages join their level's fresh list, in txid order."""
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """How restored rows start: `states` per row; `fresh` marks the rows that join their
+    level's fresh list (None: every row does); counts as `QueueState` keeps them."""
+
+    states: bytes
+    fresh: bytes | None
+    active: int
+    elsewhere: int
+    activation_slot: int
+
+
+def _row_states(snap: QueueSnapshot, count: int, target: int | None) -> _Rows:
+    """As `QueueState.insert` leaves the rows, in txid order: a row owned elsewhere is
+    AVAILABLE and in no level; of the others the first `target` (TargetQueueDepth, A4) are
+    AVAILABLE and fresh, the rest INACTIVE; `activation_slot` follows the last activated."""
+    marks = snap.elsewhere_flags
+    elsewhere = marks.count(1) if marks else 0
+    if not elsewhere:
+        active = count if target is None else min(count, target)
+        states = bytes([AVAILABLE]) * active + bytes([INACTIVE]) * (count - active)
+        fresh = None if active == count else bytes([1]) * active + bytes(count - active)
+        return _Rows(states, fresh, active, 0, active)
+    owned = marks.translate(_NOT_ONE)  # 1 for each row owned here
+    active = count - elsewhere if target is None else min(count - elsewhere, target)
+    slot = -1
+    if target is None:
+        slot = owned.rfind(1)
+    else:
+        for _ in range(active):  # the slot of the last activated row
+            slot = owned.find(1, slot + 1)
+    cut = slot + 1
+    states = bytes([AVAILABLE]) * cut + owned[cut:].translate(_INACTIVE_IF_ONE)
+    return _Rows(states, owned[:cut] + bytes(count - cut), active, elsewhere, cut)
+
+
+def _fill_levels(
+    state: QueueState, txids: array[int], priorities: array[int], all_priorities: array[int]
+) -> None:
+    """`txids` (with their `priorities`) join their level's fresh list, in txid order; every
+    priority in `all_priorities` has its level, as inserting each message makes it."""
     if state.table.priority is None:
         level = state.level0
-        level.fresh = state.columns("q", txids if active == len(txids) else txids[:active])
-        level.fresh_live = active
+        level.fresh = state.columns("q", txids)
+        level.fresh_live = len(txids)
         return
-    distinct = sorted(set(priorities))
-    for priority in distinct:
+    for priority in sorted(set(all_priorities)):
         state.level_for(priority)
-    if len(distinct) == 1:
-        groups = {distinct[0]: txids[:active]}
+    distinct = sorted(set(priorities))
+    groups: dict[int, array[int]]
+    if len(distinct) <= 1:
+        groups = {distinct[0]: txids} if distinct else {}
     elif len(distinct) <= _BULK_LEVELS:  # one C-level pass per level
         groups = {p: array("q", compress(txids, map(p.__eq__, priorities))) for p in distinct}
     else:
@@ -470,3 +524,9 @@ _BULK_PUBLISHERS = 64
 _BARRIER_MASK = bytes(1 if b & BARRIER else 0 for b in range(256))
 _BARRIER_FLAG = bytes(BARRIER if b else 0 for b in range(256))
 _OUT_OF_ORDER_MASK = bytes(1 if b & OUT_OF_ORDER_EXPIRY else 0 for b in range(256))
+_ELSEWHERE_MASK = bytes(1 if b & ELSEWHERE else 0 for b in range(256))
+_NOT_ONE = bytes(0 if b == 1 else 1 for b in range(256))
+_TIMES_TWO = bytes((2 * b) & 255 for b in range(256))
+_INACTIVE_IF_ONE = bytes(INACTIVE if b == 1 else AVAILABLE for b in range(256))
+# barrier byte | elsewhere byte << 1 -> the row's flags (a barrier is never owned elsewhere)
+_ROW_FLAGS = bytes((BARRIER if b & 1 else 0) | (ELSEWHERE if b & 2 else 0) for b in range(256))

@@ -29,12 +29,14 @@ def reference_restore(policy: QueuePolicy, snap: QueueSnapshot, shift_ms: int) -
         for stamp, at in zip(snap.timestamps_ms, snap.expire_at_ms, strict=True)
     )
     bookmark_of = snap.bookmark_of()
+    elsewhere = snap.elsewhere_flags or bytes(len(snap.txids))
     for i, txid in enumerate(snap.txids):
         at = snap.expire_at_ms[i]
         state.insert(
             txid, *bookmark_of[txid], snap.timestamps_ms[i] + shift_ms,
             snap.priorities[i], bool(snap.barrier_flags[i]),
             at if at == NO_EXPIRY else at + shift_ms, own_expiry=not uniform,
+            elsewhere=bool(elsewhere[i]),
         )  # fmt: skip
     state.last_txid = max(state.last_txid, snap.high_water_txid)
     for publisher_id, seq, expires_at_ms in snap.deferred_acks:
@@ -55,7 +57,8 @@ def fingerprint(engine: QueueEngine) -> tuple[object, ...]:
         None if table.priority is None else list(table.priority),
         None if table.expire_at_ms is None else list(table.expire_at_ms),
         state.bookmarks.items(), state.bookmarks.entry_count, levels, state.level_order,
-        list(state.barriers), state.active_count, state.inactive_count, state.activation_slot,
+        list(state.barriers), state.active_count, state.inactive_count, state.elsewhere_count,
+        state.activation_slot,
         state.expiry_max_seen_ms, sorted(state.expiry_heap), sorted(state.deferred_heap),
         state.last_txid, state.counters.entered_total, engine.deliverable(10_000),
     )  # fmt: skip
@@ -132,6 +135,33 @@ def test_bulk_restore_equals_one_insert_per_message(
         restored.check_invariants()
         assert fingerprint(restored) == fingerprint(reference_restore(policy, candidate, shift))
         assert restored.snapshot().txids == snap.txids
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    policy=policies,
+    messages=st.lists(message, max_size=40),
+    marks=st.lists(st.booleans(), max_size=40),
+    shift=st.integers(-999, 999),
+)
+def test_restore_with_messages_owned_elsewhere_equals_one_insert_per_message(
+    policy: QueuePolicy,
+    messages: list[tuple[int, int, int, int, bool, int | None, bool]],
+    marks: list[bool],
+    shift: int,
+) -> None:
+    """R2: rows another instance owns are kept apart (in no level, outside the
+    TargetQueueDepth window), and a snapshot of the restored engine marks them again."""
+    snap = engine_from(policy, messages).snapshot()
+    count = len(snap.txids)
+    marks = (marks + [False] * count)[:count]
+    flags = bytes(m and not b for m, b in zip(marks, snap.barrier_flags, strict=True))
+    snap = replace(snap, elsewhere_flags=flags if 1 in flags else b"")
+    restored = QueueEngine.restore(policy, snap, shift)
+    restored.check_invariants()
+    assert fingerprint(restored) == fingerprint(reference_restore(policy, snap, shift))
+    assert restored.owned_elsewhere_count() == flags.count(1)
+    assert restored.snapshot().elsewhere_flags == snap.elsewhere_flags
 
 
 def encode_aqs2(snap: QueueSnapshot) -> bytes:
