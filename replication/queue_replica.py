@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import compress, islice
 from typing import Literal
 
 from amps.queue import (
@@ -52,6 +52,7 @@ from amps.queue import (
     MessageRemoved,
     OwnershipMoved,
     QueueEngine,
+    QueueSnapshot,
     RecordRemoval,
     RemovalReason,
     Subscribed,
@@ -152,6 +153,51 @@ class QueueReplica:
         # neither scans them nor looks at each one to learn which were answered.
         self._asked: dict[MessageKey, tuple[int, int, str]] = {}
         self._scan_deadline_ms: int | None = None
+
+    @classmethod
+    def restored(
+        cls,
+        here: str,
+        engine: QueueEngine,
+        options: ReplicaOptions,
+        ownership: Ownership,
+        snapshot: QueueSnapshot,
+        now_ms: int,
+    ) -> QueueReplica:
+        """The replica around an engine and a machine restored from one snapshot (Q16), its
+        glue as replaying the log at `now_ms` leaves it: every message owned elsewhere waits
+        from now, in txid order. ValueError if the two do not describe the same messages."""
+        replica = cls(here, engine, options, ownership=ownership)
+        if not replica.tracks_ownership:
+            raise ValueError("a queue without ownership has no ownership to restore")
+        key_of = snapshot.bookmark_of()
+        count = len(snapshot.txids)
+        barriers = count - snapshot.barrier_flags.count(0)
+        marks = snapshot.elsewhere_flags
+        elsewhere = list(compress(snapshot.txids, marks)) if marks else []
+        owned = ownership.statistics().owned
+        if (
+            ownership.live_count() != count - barriers
+            or engine.owned_elsewhere_count() != len(elsewhere)
+            or owned != count - barriers - len(elsewhere)
+        ):
+            raise ValueError("ownership snapshot does not match the queue snapshot's messages")
+        replica._key_of = key_of
+        keys = list(map(key_of.__getitem__, elsewhere))
+        owners = list(map(ownership.owner_of, keys))
+        if None in owners or any(map(ownership.owned_here, keys)):
+            raise ValueError("ownership snapshot owns here a message the queue holds elsewhere")
+        waiting: dict[MessageKey, tuple[int, int, str]] = {}
+        latencies = replica.latencies
+        for key, txid, found in zip(keys, elsewhere, owners, strict=True):
+            assert found is not None
+            owner, epoch = found
+            tracked = owner if epoch == 0 else ""  # as a replay that saw it enter leaves it
+            waiting[key] = (txid, now_ms, tracked)
+            if tracked:
+                latencies.of(owner).arrived(key, now_ms)
+        replica._waiting = waiting
+        return replica
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -260,6 +306,12 @@ class QueueReplica:
         at-most-once send): applied silently (Rule 5). An ack for a message not here yet is
         remembered (the deferred acks, DeferredAckExpiration)."""
         keys = list(bookmarks)
+        if self.tracks_ownership:
+            # A message that already left here (or whose early ack is deferred already): the
+            # engine's bookmark index may have forgotten it (compacted, or restored from a
+            # snapshot of the live messages) and would take the removal for an early ack.
+            state_of = self.ownership.state_of
+            keys = [key for key in keys if state_of(key) is not OwnershipState.REMOVED]
         self._removed_silently(keys, now_ms, sample=True)
         events = [
             MessageRemoved(reason, bookmark=key, expire_reasons=expire_reasons) for key in keys

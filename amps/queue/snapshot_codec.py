@@ -36,7 +36,7 @@ class SnapshotFormatError(ValueError):
     """Bytes that are not a snapshot this version wrote."""
 
 
-def _column(values: array[int], typecode: str) -> bytes:
+def encode_column(values: array[int], typecode: str) -> bytes:
     column = values if values.typecode == typecode else array(typecode, values)
     if sys.byteorder != "little":
         column = array(typecode, column)
@@ -44,7 +44,7 @@ def _column(values: array[int], typecode: str) -> bytes:
     return column.tobytes()
 
 
-def _read_column(
+def decode_column(
     data: memoryview, offset: int, count: int, typecode: str
 ) -> tuple[array[int], int]:
     column: array[int] = array(typecode)
@@ -63,18 +63,18 @@ def encode_snapshot(snap: QueueSnapshot, taken_mono_ms: int, taken_wall_us: int)
     parts = [
         _HEADER.pack(MAGIC, snap.high_water_txid, taken_mono_ms, taken_wall_us, count),
         _HINTS.pack(snap.hints),
-        _column(snap.txids, "q"),
-        _column(snap.timestamps_ms, "q"),
-        _column(snap.priorities, "Q"),
+        encode_column(snap.txids, "q"),
+        encode_column(snap.timestamps_ms, "q"),
+        encode_column(snap.priorities, "Q"),
         snap.barrier_flags,
-        _column(snap.expire_at_ms, "q"),
+        encode_column(snap.expire_at_ms, "q"),
         _COUNT.pack(len(snap.bookmark_runs)),
     ]
     for run in snap.bookmark_runs:
         parts += [
             _RUN.pack(run.publisher_id, len(run.txids)),
-            _column(run.seqs, "Q"),
-            _column(run.txids, "q"),
+            encode_column(run.seqs, "Q"),
+            encode_column(run.txids, "q"),
         ]
     parts.append(_COUNT.pack(len(snap.unordered_bookmarks)))
     parts.extend(_UNORDERED.pack(*item) for item in snap.unordered_bookmarks)
@@ -95,19 +95,19 @@ def decode_snapshot(data: bytes) -> tuple[QueueSnapshot, int, int]:
     hints = 0
     if magic != MAGIC_V1:
         (hints,), offset = _unpack(_HINTS, data, offset)
-    txids, offset = _read_column(view, offset, count, "q")
+    txids, offset = decode_column(view, offset, count, "q")
     if magic == MAGIC:
-        stamps, offset = _read_column(view, offset, count, "q")
+        stamps, offset = decode_column(view, offset, count, "q")
     else:
-        publishers, offset = _read_column(view, offset, count, "Q")
-        seqs, offset = _read_column(view, offset, count, "Q")
-        stamps, offset = _read_column(view, offset, count, "q")
-    priorities, offset = _read_column(view, offset, count, "Q")
+        publishers, offset = decode_column(view, offset, count, "Q")
+        seqs, offset = decode_column(view, offset, count, "Q")
+        stamps, offset = decode_column(view, offset, count, "q")
+    priorities, offset = decode_column(view, offset, count, "Q")
     if offset + count > len(data):
         raise SnapshotFormatError("snapshot is truncated")
     barriers = bytes(view[offset : offset + count])
     offset += count
-    expiries, offset = _read_column(view, offset, count, "q")
+    expiries, offset = decode_column(view, offset, count, "q")
     if magic == MAGIC:
         runs, unordered, offset = _read_bookmarks(data, view, offset, count)
     else:
@@ -136,8 +136,8 @@ def _read_bookmarks(
         if not length or publisher_id in publishers:
             raise SnapshotFormatError("snapshot has an empty or repeated bookmark run")
         publishers.add(publisher_id)
-        seqs, offset = _read_column(view, offset, length, "Q")
-        txids, offset = _read_column(view, offset, length, "q")
+        seqs, offset = decode_column(view, offset, length, "Q")
+        txids, offset = decode_column(view, offset, length, "q")
         runs.append(BookmarkRun(publisher_id, seqs, txids))
         named += length
     unordered, offset = _read_items(_UNORDERED, data, offset)

@@ -27,6 +27,7 @@ CORE_MODULES = [
     "replication/admission.py",
     "replication/ownership.py",
     "replication/queue_replica.py",
+    "replication/queue_snapshot.py",
     "amps/security/users.py",
     "replication/positions.py",
     "replication/reachability.py",

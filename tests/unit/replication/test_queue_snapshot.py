@@ -1,0 +1,281 @@
+"""A replicated queue's snapshot (issue 9, Q16): restored and followed by the rest of the log,
+it equals a replay of the whole log; its bytes round-trip; damage and mismatch are refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amps.queue import (
+    Acked,
+    Deliver,
+    ExpireReason,
+    MessagePublished,
+    QueueEngine,
+    QueuePolicy,
+    RecordRemoval,
+    RemovalReason,
+    Subscribed,
+)
+from amps.queue.snapshot_codec import SnapshotFormatError
+from replication import queue_snapshot
+from replication.ownership import (
+    AppendOwnership,
+    MessageKey,
+    OwnershipRecord,
+    OwnershipState,
+    TransferKind,
+)
+from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
+
+HERE = "a"
+PEERS = ("b", "c")
+NOW = 10_000
+
+# Log entries as the server writes them: a publish (txid, bookmark, origin), a peer's removal
+# by bookmark, this instance's removal by txid, a grant or claim (this instance's or a peer's).
+Pub = tuple[str, int, int, int, str, bool]
+PeerRemoval = tuple[str, MessageKey]
+OwnRemoval = tuple[str, int]
+Transfer = tuple[str, OwnershipRecord]
+Entry = Pub | PeerRemoval | OwnRemoval | Transfer
+
+
+@dataclass
+class Live:
+    """One instance's queue running live, writing its log."""
+
+    replica: QueueReplica
+    log: list[Entry] = field(default_factory=list)
+    txid: int = 0
+    seqs: dict[int, int] = field(default_factory=lambda: {1: 0, 2: 0})
+    key_of: dict[int, MessageKey] = field(default_factory=dict)
+    leased: list[MessageKey] = field(default_factory=list)
+    barriers: set[MessageKey] = field(default_factory=set)
+    now: int = NOW
+
+    def perform(self, actions: list[ReplicaAction]) -> None:
+        for action in actions:
+            if isinstance(action, RecordRemoval):
+                self.log.append(("own_removal", action.txid))
+                key = self.key_of[action.txid]
+                if key in self.leased:
+                    self.leased.remove(key)
+            elif isinstance(action, AppendOwnership):
+                self.log.append(("transfer", action.record))
+            elif isinstance(action, Deliver):
+                self.leased.append(self.key_of[action.txid])
+
+    def publish(self, publisher: int, origin: str, barrier: bool) -> None:
+        self.txid += 1
+        self.seqs[publisher] += 1
+        key = (publisher, self.seqs[publisher])
+        self.key_of[self.txid] = key
+        if barrier:
+            self.barriers.add(key)
+        self.log.append(("pub", self.txid, *key, origin, barrier))
+        message = MessagePublished(self.txid, *key, self.now - 5, 0, barrier)
+        self.perform(self.replica.published([message], [origin], self.now))
+
+
+def keys_of(live: Live) -> list[MessageKey]:
+    return list(live.key_of.values())
+
+
+def step(live: Live, op: tuple[int, int, int, int, int], policy: QueuePolicy) -> None:
+    """One drawn operation on the live instance (each chooses among what exists)."""
+    kind, a, b, c, d = op
+    replica = live.replica
+    keys = keys_of(live)
+    if kind <= 2 or not keys:
+        origin = (HERE, *PEERS)[a % 3]
+        live.publish(1 + b % 2, origin, policy.has_barrier and c % 4 == 0)
+    elif kind == 3:  # a peer's ack, maybe of a message not here yet (deferred)
+        acked = [k for k in keys if k not in live.barriers]  # a barrier is released, not acked
+        key = acked[a % len(acked)] if b % 4 and acked else (1 + c % 2, live.seqs[1 + c % 2] + 1)
+        live.log.append(("peer_removal", key))
+        live.perform(replica.removed_by_peer([key], live.now))
+    elif kind == 4:  # a peer's grant or claim, maybe before its message
+        key = keys[a % len(keys)] if b % 5 else (1 + c % 2, live.seqs[1 + c % 2] + 1)
+        by = PEERS[c % 2]
+        owner = (HERE, *PEERS)[d % 3]
+        owner = by if b % 3 == 0 else owner
+        record_kind = TransferKind.CLAIM if owner == by else TransferKind.GRANT
+        record = OwnershipRecord(key, record_kind, by, owner, 1 + d % 3)
+        live.log.append(("transfer", record))
+        live.perform(replica.ownership_recorded(record, live.now))
+    elif kind == 5:  # a peer asks this instance for a message
+        key = keys[a % len(keys)]
+        live.perform(replica.transfer_requested(key, PEERS[b % 2], live.now))
+    elif kind == 6 and live.leased:  # the local consumer acks
+        key = live.leased[a % len(live.leased)]
+        live.perform(replica.acked(Acked("c", [key]), live.now))
+    elif kind == 7:  # proxied transfer on (the peers unreachable) or off
+        live.perform(replica.reachability_changed(PEERS, live.now))
+        live.perform(replica.proxied_transfer_switched(a % 2 == 0, live.now))
+    else:  # time passes: requests and waits run out
+        live.now += 50 + a * 10
+        live.perform(replica.on_deadline(live.now))
+
+
+def fresh(policy: QueuePolicy, options: ReplicaOptions) -> QueueReplica:
+    return QueueReplica(HERE, QueueEngine(policy), options)
+
+
+def replay(replica: QueueReplica, entries: list[Entry], now_ms: int) -> None:
+    """What the server's recovery does with the log (actions not performed: they are logged)."""
+    engine = replica.engine
+    engine.defer_deadlines(True)
+    for entry in entries:
+        if entry[0] == "pub":
+            _, txid, publisher, seq, origin, barrier = entry  # type: ignore[misc]
+            message = MessagePublished(txid, publisher, seq, NOW - 5, 0, barrier)
+            replica.published([message], [origin], now_ms)
+        elif entry[0] == "peer_removal":
+            replica.removed_by_peer([entry[1]], now_ms)  # type: ignore[list-item]
+        elif entry[0] == "own_removal":
+            txid = entry[1]
+            reason, expire = RemovalReason.ACKED, ExpireReason.TIME_LIMIT
+            replica.removed_recovered([txid], reason, expire, now_ms)  # type: ignore[list-item]
+        else:
+            replica.ownership_recorded(entry[1], now_ms)  # type: ignore[arg-type]
+    engine.defer_deadlines(False)
+
+
+def state(replica: QueueReplica) -> tuple[object, ...]:
+    """Everything a restart must rebuild: the engine's messages (which owned elsewhere) and
+    deferred acks (their expiry counts from when they were read, live or replayed), each
+    message's ownership state, owner and epoch, the early records, the removed keys, and the
+    glue's bookmarks and waiting messages."""
+    replica.check_invariants()
+    queue = replica.engine.snapshot()
+    own = replica.ownership.snapshot()
+    entries = {
+        (p, s): (st_code, own.names[o], e)
+        for p, s, st_code, o, e in zip(
+            own.publisher_ids, own.seqs, own.states, own.owners, own.epochs, strict=True
+        )
+    }
+    return (
+        list(queue.txids), queue.bookmark_of(), queue.barrier_flags,
+        queue.elsewhere_flags, [d[:2] for d in queue.deferred_acks], queue.high_water_txid,
+        entries, {r.key: r for r in own.early}, set(own.removed),
+        replica._key_of, {k: v[0] for k, v in replica._waiting.items()},
+    )  # fmt: skip
+
+
+policies = st.sampled_from(
+    [QueuePolicy(), QueuePolicy(target_queue_depth=2), QueuePolicy(has_barrier=True)]
+)
+kinds = st.sampled_from([("Queue", None), ("GroupLocalQueue", "b")])
+ops = st.lists(
+    st.tuples(*(st.integers(0, 9) for _ in range(5))), min_size=1, max_size=60
+)  # fmt: skip
+
+
+def run_live(
+    policy: QueuePolicy, options: ReplicaOptions, drawn: list[tuple[int, int, int, int, int]]
+) -> tuple[Live, int, queue_snapshot.ReplicaSnapshot]:
+    """The live instance runs the operations, taking one snapshot at the cut (after `cut`
+    operations); returns it with the log position it stands for."""
+    live = Live(fresh(policy, options))
+    live.perform(live.replica.handle(Subscribed("s", "c", 2), live.now))
+    cut = drawn[0][1] * len(drawn) // 10
+    snap = None
+    position = 0
+    for index, op in enumerate(drawn):
+        if index == cut:
+            snap, position = take(live), len(live.log)
+        step(live, op, policy)
+    if snap is None:
+        snap, position = take(live), len(live.log)
+    return live, position, snap
+
+
+def take(live: Live) -> queue_snapshot.ReplicaSnapshot:
+    return queue_snapshot.take(
+        live.replica, reflects_txid=live.txid, taken_mono_ms=live.now, taken_wall_us=0,
+        deferred_logged={}, marks={"b": 7},
+    )  # fmt: skip
+
+
+@settings(max_examples=250, deadline=None)
+@given(policy=policies, kind=kinds, drawn=ops)
+def test_snapshot_then_the_rest_of_the_log_equals_replaying_the_whole_log(
+    policy: QueuePolicy, kind: tuple[str, str | None], drawn: list[tuple[int, int, int, int, int]]
+) -> None:
+    options = ReplicaOptions(kind=kind[0], initial_owner=kind[1])  # type: ignore[arg-type]
+    live, position, snap = run_live(policy, options, drawn)
+    log = live.log
+    decoded = queue_snapshot.decode(queue_snapshot.encode(snap))
+    assert decoded == snap
+    now = live.now + 1_000
+    # The round trip: restoring the snapshot equals replaying the log up to its position.
+    restored = queue_snapshot.restore(decoded, HERE, policy, options, 0, now)
+    upto = fresh(policy, options)
+    replay(upto, log[:position], now)
+    assert state(restored) == state(upto)
+    # Restore equals replay: the snapshot and the rest of the log, or the whole log.
+    replay(restored, log[position:], now)
+    whole = fresh(policy, options)
+    replay(whole, log, now)
+    assert state(restored) == state(whole)
+
+
+def test_restored_queue_still_grants_acks_and_takes_transfers() -> None:
+    """After a restore the first-request rule, acks and transfers in work as before."""
+    options = ReplicaOptions()
+    policy = QueuePolicy(max_per_subscription_backlog=10)
+    live = Live(fresh(policy, options))
+    for origin in ("a", "a", "b", "b"):
+        live.publish(1, origin, False)
+    mine, also_mine, theirs, other = keys_of(live)
+    snap = queue_snapshot.decode(queue_snapshot.encode(take(live)))
+    replica = queue_snapshot.restore(snap, HERE, policy, options, 0, NOW)
+    assert replica.owned_here(mine)
+    assert not replica.owned_here(theirs)
+    assert replica.state_of(theirs) is OwnershipState.OWNED_ELSEWHERE
+    # R5: the first request is granted, the second is silence.
+    granted = replica.transfer_requested(mine, "b", NOW)
+    assert [type(a) for a in granted if isinstance(a, AppendOwnership)] == [AppendOwnership]
+    assert not [a for a in replica.transfer_requested(mine, "c", NOW) if a]
+    # A grant from b moves `theirs` here; the subscriber gets it and the owned one.
+    replica.ownership_recorded(OwnershipRecord(theirs, TransferKind.GRANT, "b", "a", 1), NOW)
+    delivered = replica.handle(Subscribed("s", "c", 10), NOW)
+    txids = {a.txid for a in delivered if isinstance(a, Deliver)}
+    assert {live.key_of[t] for t in txids} == {also_mine, theirs}
+    # A peer's ack removes a message owned elsewhere; a local ack removes a delivered one.
+    replica.removed_by_peer([other], NOW)
+    assert replica.state_of(other) is OwnershipState.REMOVED
+    removed = replica.acked(Acked("c", [also_mine]), NOW)
+    assert [a for a in removed if isinstance(a, RecordRemoval)]
+    replica.check_invariants()
+
+
+def test_damaged_or_foreign_snapshots_are_refused() -> None:
+    options = ReplicaOptions()
+    live = Live(fresh(QueuePolicy(), options))
+    for origin in ("a", "b", "c"):
+        live.publish(2, origin, False)
+    data = queue_snapshot.encode(take(live))
+    assert queue_snapshot.is_replica_snapshot(data)
+    for damaged in (data[:-3], data[:10], data[:40] + bytes([data[40] ^ 1]) + data[41:]):
+        with pytest.raises(SnapshotFormatError):
+            queue_snapshot.decode(damaged)
+    snap = queue_snapshot.decode(data)
+    with pytest.raises(ValueError, match="taken on instance 'a'"):
+        queue_snapshot.restore(snap, "b", QueuePolicy(), options, 0, NOW)
+    glq = ReplicaOptions(kind="GroupLocalQueue", initial_owner="b")
+    with pytest.raises(ValueError, match="GroupLocalQueue"):
+        queue_snapshot.restore(snap, HERE, QueuePolicy(), glq, 0, NOW)
+    # Ownership that does not describe the queue's messages is refused, not half restored.
+    own = snap.ownership
+    lying = replace(snap, ownership=replace(own, states=bytes(len(own.states))))
+    with pytest.raises(ValueError, match="ownership snapshot"):
+        queue_snapshot.restore(lying, HERE, QueuePolicy(), options, 0, NOW)
+    short = replace(snap, ownership=replace(own, states=own.states[:-1]))
+    with pytest.raises(ValueError, match="ownership snapshot"):
+        queue_snapshot.restore(short, HERE, QueuePolicy(), options, 0, NOW)
