@@ -23,6 +23,7 @@ from amps.server.convert import success_ack
 from amps.server.queue_store import STORE_FILE_NAME, QueueStore, StoredQueue, set_aside
 from amps.server.queues import QueueDriver
 from amps.v1 import client_pb2 as pb
+from replication import queue_snapshot
 
 if TYPE_CHECKING:
     from amps.server.host import QueueHost
@@ -380,23 +381,76 @@ class QueueManager:
         if stored is None or stored.recovery_point_setting != setting:
             return self._configured_start(setting)
         driver.saved_low_water_txid = stored.low_water_txid
-        # A replicated queue never restores a snapshot: its ownership (grants and claims by
-        # any instance) is rebuilt by replaying the log from its low water (R5, Q16).
-        if (
-            stored.snapshot is not None
-            and driver.replica is None
-            and stored.snapshot_txid + 1 >= journal.first_txid
-        ):
+        if stored.snapshot is not None and driver.replica is not None:
+            start = self._restore_replica(driver, stored, now_ms)
+            if start is not None:
+                return start
+        elif stored.snapshot is not None and stored.snapshot_txid + 1 >= journal.first_txid:
             try:
                 snapshot, taken_mono_ms, taken_wall_us = decode_snapshot(stored.snapshot)
             except SnapshotFormatError as exc:
-                log.warning("queue %s: snapshot unusable (%s); replaying", driver.name, exc)
+                log.warning(
+                    "queue %s: snapshot unusable (%s%s); replaying the log from txid %d",
+                    driver.name,
+                    exc,
+                    ", it was taken while the queue was replicated"
+                    if queue_snapshot.is_replica_snapshot(stored.snapshot)
+                    else "",
+                    max(stored.low_water_txid + 1, journal.first_txid),
+                )
             else:
                 # Ages carry over: a message that was 5 s old at the snapshot is 5 s older now.
                 elapsed_ms = max(0, (self.instance.wall_us() - taken_wall_us) // 1000)
                 driver.restore(snapshot, now_ms - elapsed_ms - taken_mono_ms)
                 return max(stored.snapshot_txid, snapshot.high_water_txid) + 1
         return max(stored.low_water_txid + 1, journal.first_txid)
+
+    def _restore_replica(self, driver: QueueDriver, stored: StoredQueue, now_ms: int) -> int | None:
+        """Restore a replicated queue's engine and ownership from its snapshot and return the
+        first txid to replay; None (with a log line saying why) when the snapshot cannot be
+        trusted: the caller replays the log from the queue's low water instead."""
+        assert stored.snapshot is not None
+        journal = self.instance.journal
+        fallback = max(stored.low_water_txid + 1, journal.first_txid)
+        reason = None
+        snap = None
+        if not queue_snapshot.is_replica_snapshot(stored.snapshot):
+            reason = "it was taken while the queue was not replicated"
+        elif stored.snapshot_txid + 1 < journal.first_txid:
+            reason = f"the journal no longer holds txid {stored.snapshot_txid + 1} after it"
+        else:
+            try:
+                snap = queue_snapshot.decode(stored.snapshot)
+            except SnapshotFormatError as exc:
+                reason = str(exc)
+        if snap is not None and snap.reflects_txid > journal.last_txid:
+            # Rule 2 of replication/queue_snapshot.py: never trusted past what the log holds.
+            reason = (
+                f"it reflects the log up to txid {snap.reflects_txid} but the journal ends "
+                f"at txid {journal.last_txid}"
+            )
+            snap = None
+        if snap is not None:
+            # Ages carry over: a message that was 5 s old at the snapshot is 5 s older now.
+            elapsed_ms = max(0, (self.instance.wall_us() - snap.taken_wall_us) // 1000)
+            try:
+                driver.restore_replica(snap, now_ms - elapsed_ms - snap.taken_mono_ms)
+            except ValueError as exc:
+                reason = str(exc)
+            else:
+                queue = driver.name
+                for origin, txid in snap.marks:
+                    mark = (origin, queue)
+                    self._record_marks[mark] = max(self._record_marks.get(mark, 0), txid)
+                return max(stored.snapshot_txid, snap.queue.high_water_txid) + 1
+        log.warning(
+            "queue %s: replicated queue snapshot not used (%s); replaying the log from txid %d "
+            "to rebuild its ownership",
+            driver.name,
+            reason,
+            fallback,
+        )
+        return None
 
     def _configured_start(self, setting: str) -> int:
         journal = self.instance.journal
@@ -436,7 +490,21 @@ class QueueManager:
             driver.dirty = False
             snapshot_bytes = None
             snapshot_txid = 0
-            if driver.replica is None and (final or loop.time() >= driver.next_snapshot_at):
+            if driver.replica is not None and (final or loop.time() >= driver.next_snapshot_at):
+                started = loop.time()
+                snapshot_txid = self._applied_through(driver)
+                snap = driver.take_replica_snapshot(
+                    self.instance.journal.last_txid, self._marks_of(driver.name)
+                )
+                # A peer's record logged before the newest publish still waits to be applied:
+                # the next checkpoint takes the snapshot (replay never re-offers a publish).
+                if snapshot_txid >= snap.queue.high_water_txid:
+                    snapshot_bytes = queue_snapshot.encode(snap)
+                    cost = loop.time() - started
+                    driver.next_snapshot_at = loop.time() + max(CHECKPOINT_INTERVAL_S, cost * 50)
+                else:
+                    snapshot_txid = 0
+            elif driver.replica is None and (final or loop.time() >= driver.next_snapshot_at):
                 started = loop.time()
                 snapshot = driver.engine.snapshot()
                 snapshot_bytes = encode_snapshot(
@@ -467,6 +535,22 @@ class QueueManager:
                     driver.name, setting, low_water, snapshot_bytes, snapshot_txid, wall_us
                 )
             driver.saved_low_water_txid = low_water
+
+    def _applied_through(self, driver: QueueDriver) -> int:
+        """The newest txid up to which every record of the log is applied to the queue: the
+        durable publishes were handed over, but a peer's record logged here is applied only
+        once it is durable, after the callbacks of its commit (Rule 1 of
+        replication/queue_snapshot.py)."""
+        through = self.instance.dispatched_txid
+        for waiting, record in self._to_apply:
+            if waiting is driver:
+                return min(through, record.txid - 1)
+        return through
+
+    def _marks_of(self, queue: str) -> dict[str, int]:
+        """Per origin, the newest origin txid of this queue's records logged here (R9)."""
+        marks = self._record_marks.items()
+        return {origin: txid for (origin, name), txid in marks if name == queue}
 
     async def close(self) -> None:
         """Final checkpoint (a clean restart replays nothing) and close the store."""

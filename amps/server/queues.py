@@ -46,6 +46,7 @@ from amps.queue import (
 from amps.queue.subscriptions import effective_backlog
 from amps.server.file_columns import FileColumnFactory
 from amps.server.wire import QueueDeliveryEncoder
+from replication import queue_snapshot
 from replication.latency import LatencyOptions
 from replication.ownership import AppendOwnership, SendOwnership, SendTransferRequest, TransferKind
 from replication.queue_replica import (
@@ -299,10 +300,37 @@ class QueueDriver:
         return low_water
 
     def restore(self, snapshot: QueueSnapshot, shift_ms: int) -> None:
-        """Start from a stored snapshot (before any event was handled). Never for a
-        replicated queue: its ownership is rebuilt by replaying the log from its low water."""
+        """Start from a stored snapshot (before any event was handled). A replicated queue
+        restores its ownership with it: `restore_replica`."""
         assert self.replica is None
         self.engine = QueueEngine.restore(self.engine.policy, snapshot, shift_ms)
+
+    def take_replica_snapshot(
+        self, reflects_txid: int, marks: dict[str, int]
+    ) -> queue_snapshot.ReplicaSnapshot:
+        """A replicated queue's engine and ownership now (the caller knows every record up
+        to the snapshot's position is applied), with the peers' acks waiting here."""
+        assert self.replica is not None
+        return queue_snapshot.take(
+            self.replica,
+            reflects_txid=reflects_txid,
+            taken_mono_ms=self.instance.now_ms(),
+            taken_wall_us=self.instance.wall_us(),
+            deferred_logged=self._deferred_logged,
+            marks=marks,
+        )
+
+    def restore_replica(self, snap: queue_snapshot.ReplicaSnapshot, shift_ms: int) -> None:
+        """Start a replicated queue from its snapshot (before any event was handled);
+        ValueError, changing nothing, if it is not this queue's as configured now."""
+        assert self.replica is not None
+        replica = queue_snapshot.restore(
+            snap, self.instance.name, self.engine.policy, self.replica.options, shift_ms,
+            self.instance.now_ms(),
+        )  # fmt: skip
+        self.replica = replica
+        self.engine = replica.engine
+        self._deferred_logged = {(p, s): txid for p, s, txid in snap.deferred_logged}
 
     # -- events -------------------------------------------------------------------------------
 

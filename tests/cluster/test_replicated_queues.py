@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 import urllib.request
 from pathlib import Path
@@ -17,6 +18,8 @@ from amps.client import Client
 from amps.log.bookmarks import publisher_id_for
 from amps.log.journal import Journal
 from amps.log.records import TransferRecord
+from amps.queue.snapshot_codec import SnapshotFormatError
+from replication import queue_snapshot
 from tests.cluster.checker import Delivery, QueueCount, check_queue
 from tests.cluster.test_replication import publish
 from tests.harness.cluster import Cluster, cluster, cluster_configs, full_mesh, wait_until
@@ -228,6 +231,95 @@ async def test_a_restarted_owner_rebuilds_ownership_from_its_log(
             await wait_until(lambda: all(depth(mesh[n]) == 0 for n in NAMES), 60)
             assert await more_within(on_a, 0.5) == []
     assert sorted(grants(mesh["a"])) == [("a", "c")] * 10
+
+
+def snapshot_is_current(process: InstanceProcess) -> bool:
+    """queues.db holds a sound snapshot of `work` at the journal's last txid (nothing to
+    replay after it)."""
+    path = process.workdir / "journal" / "queues.db"
+    if not path.exists():
+        return False
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        query = "SELECT snapshot_txid, snapshot FROM queue_state WHERE queue = 'work'"
+        row = db.execute(query).fetchone()
+    if row is None or row[1] is None:
+        return False
+    try:
+        queue_snapshot.decode(row[1])
+    except SnapshotFormatError:
+        return False
+    journal = Journal.open(process.workdir / "journal", read_only=True)
+    try:
+        return int(row[0]) >= journal.last_txid
+    finally:
+        journal.close_read_only()
+
+
+def damage_snapshot(process: InstanceProcess) -> None:
+    """Flip one byte in the middle of the stored snapshot of `work` (the instance is down)."""
+    with contextlib.closing(sqlite3.connect(process.workdir / "journal" / "queues.db")) as db:
+        (data,) = db.execute("SELECT snapshot FROM queue_state WHERE queue = 'work'").fetchone()
+        middle = len(data) // 2
+        damaged = data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :]
+        db.execute("UPDATE queue_state SET snapshot = ? WHERE queue = 'work'", (damaged,))
+        db.commit()
+
+
+def ownership_view(process: InstanceProcess) -> tuple[object, ...]:
+    stats = queue_stats(process)
+    return stats["queue_depth"], stats["owned"], stats["owned_elsewhere_count"]
+
+
+async def test_a_killed_instance_restores_its_queue_and_ownership_from_its_snapshot(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """Recovery from a snapshot (issue 9, Q16): a, holding messages of two origins, some
+    granted away to c and one acked on b, is SIGKILLed once its snapshot is current and
+    restarted: it replays no log record, holds the same messages with the same owners, never
+    delivers what c holds, asks b for b's messages by transfer again, and acks still remove
+    messages everywhere."""
+    mesh = start(tmp_path, clusters, queue_xml())
+    async with Client("holder") as holder, Client("acker") as acker:
+        await holder.connect(mesh["c"].address)
+        on_c = await holder.subscribe("work", max_backlog=4)
+        await publish(mesh["a"], "pub-a", 10)
+        await publish(mesh["b"], "pub-b", 10)
+        held = await take(on_c, 4, 60)  # moved to c by transfer, leased there
+        held_keys = {(m.json()["p"], m.json()["n"]) for m in held}
+        free_b = next(n for n in range(10, 0, -1) if ("pub-b", n) not in held_keys)
+        await acker.connect(mesh["b"].address)
+        await acker.sow_delete("work", bookmark=f"{publisher_id_for('pub-b')}|{free_b}|")
+        await wait_until(lambda: all(depth(mesh[n]) == 19 for n in NAMES), 60)
+        before = ownership_view(mesh["a"])
+        # A damaged snapshot is not trusted: the log is replayed instead, to the same state.
+        await wait_until(lambda: snapshot_is_current(mesh["a"]), 60)
+        mesh["a"].kill()
+        damage_snapshot(mesh["a"])
+        await asyncio.to_thread(mesh["a"].restart)
+        output = "".join(mesh["a"].output)
+        assert "snapshot not used (replicated queue snapshot is damaged" in output, output
+        assert ownership_view(mesh["a"]) == before
+        # The next snapshot is restored: nothing is replayed.
+        await wait_until(lambda: snapshot_is_current(mesh["a"]), 60)
+        await asyncio.to_thread(mesh["a"].restart, kill=True)
+        output = "".join(mesh["a"].output)
+        assert "queues recovered from 0 log records" in output, output
+        assert "snapshot not used" not in output
+        assert ownership_view(mesh["a"]) == before
+        async with Client("owner-consumer") as consumer:
+            await consumer.connect(mesh["a"].address)
+            on_a = await consumer.subscribe("work", max_backlog=30)
+            # a's own messages at once; b's by transfer (R4); never what c holds (R5).
+            got = await take(on_a, 19 - len(held), 60)
+            keys = {(m.json()["p"], m.json()["n"]) for m in got}
+            assert not keys & held_keys
+            assert ("pub-b", free_b) not in keys
+            for message in [*got, *held]:
+                await message.ack()
+            await consumer.flush_acks()
+            await holder.flush_acks()
+            await wait_until(lambda: all(depth(mesh[n]) == 0 for n in NAMES), 60)
+            assert await more_within(on_a, 0.5) == []
 
 
 DEAD_LETTERS = (
