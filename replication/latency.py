@@ -22,7 +22,7 @@ take a message from the owner's own subscribers: it refuses while one of them ca
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 
@@ -61,6 +61,12 @@ class TransferLatency:
         """A replicated message of this owner arrived here."""
         self._arrived_ms[key] = now_ms
         if len(self._arrived_ms) > self.options.max_tracked:
+            self._arrived_ms.popitem(last=False)
+
+    def arrived_many(self, keys: Sequence[Hashable], now_ms: int) -> None:
+        """`arrived` for each key in turn (only the newest `max_tracked` can stay tracked)."""
+        self._arrived_ms.update(dict.fromkeys(keys[-self.options.max_tracked :], now_ms))
+        while len(self._arrived_ms) > self.options.max_tracked:
             self._arrived_ms.popitem(last=False)
 
     def acked(self, key: Hashable, now_ms: int) -> None:

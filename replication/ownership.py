@@ -43,7 +43,6 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
-from itertools import repeat
 from operator import attrgetter, itemgetter
 
 from amps.errors import OwnershipProtocolError
@@ -302,6 +301,9 @@ class Ownership:
         self._removed: OrderedDict[MessageKey, None] = OrderedDict()
         self._max_removed = max_removed_remembered
         self._deadlines: list[tuple[int, MessageKey]] = []
+        # A restore shares one entry among the messages of equal (state, owner, epoch), so it
+        # builds no object per message; a shared entry is copied before it changes.
+        self._shared: dict[int, _Entry] = {}  # id -> entry, kept alive so ids stay unique
         self._owned = 0
         self._transferred_in = 0
         self._transferred_out = 0
@@ -329,6 +331,17 @@ class Ownership:
         """(owner, epoch) of a live message."""
         entry = self._entries.get(key)
         return None if entry is None else (entry.owner, entry.epoch)
+
+    def owners_elsewhere(self, keys: list[MessageKey]) -> tuple[list[str], list[int]] | None:
+        """The owner and the epoch of each of these messages, or None if one is unknown here
+        or owned here (a restore checks the engine's view against the machine's, in C-level
+        passes)."""
+        rows = list(map(self._entries.get, keys))
+        if None in rows:
+            return None
+        if not set(map(attrgetter("state"), rows)).isdisjoint(_OWNED):
+            return None
+        return list(map(attrgetter("owner"), rows)), list(map(attrgetter("epoch"), rows))
 
     def live_count(self) -> int:
         """Messages whose ownership is tracked here (entered and not removed)."""
@@ -493,10 +506,12 @@ class Ownership:
         if owned != bytes(map(here_index.__eq__, snap.owners)):
             raise ValueError("ownership snapshot owns messages here that name another owner")
         keys = zip(snap.publisher_ids, snap.seqs, strict=True)
-        states = map(STATE_CODES.__getitem__, snap.states)
-        owners = map(names.__getitem__, snap.owners)
-        rows = map(_Entry, states, owners, snap.epochs, repeat(0))
-        machine._entries = dict(zip(keys, rows, strict=True))
+        kinds = list(zip(snap.states, snap.owners, snap.epochs, strict=True))
+        shared = {
+            kind: _Entry(STATE_CODES[kind[0]], names[kind[1]], kind[2]) for kind in set(kinds)
+        }
+        machine._shared = {id(entry): entry for entry in shared.values()}
+        machine._entries = dict(zip(keys, map(shared.__getitem__, kinds), strict=True))
         if len(machine._entries) != count:
             raise ValueError("ownership snapshot names a message twice")
         machine._owned = owned.count(1)
@@ -554,6 +569,7 @@ class Ownership:
             return
         if entry.state is S.REQUESTED:
             return  # asked already; the answer or the timeout comes
+        entry = self._unshared(event.key, entry)
         entry.state = S.REQUESTED
         entry.request_deadline_ms = max(1, now_ms + self.request_timeout_ms)
         heapq.heappush(self._deadlines, (entry.request_deadline_ms, event.key))
@@ -592,7 +608,7 @@ class Ownership:
                 self._superseded += 1  # a losing claim or grant (Rule 3)
             return
         was_owned = entry.state in (S.OWNED_HERE, S.CLAIMED_BY_PROXY)
-        self._apply(key, entry, record)
+        entry = self._apply(key, entry, record)
         now_owned = entry.state in (S.OWNED_HERE, S.CLAIMED_BY_PROXY)
         if was_owned and not now_owned:
             actions.append(Withdraw(key))
@@ -600,7 +616,7 @@ class Ownership:
             actions.append(Offer(key))
 
     def _on_request_expired(self, event: RequestExpired) -> None:
-        entry = self._entries[event.key]
+        entry = self._unshared(event.key, self._entries[event.key])
         entry.state = S.OWNED_ELSEWHERE
         entry.request_deadline_ms = 0
         self._requests_unanswered += 1
@@ -610,8 +626,10 @@ class Ownership:
 
     # -- shared transitions ----------------------------------------------------------------
 
-    def _apply(self, key: MessageKey, entry: _Entry, record: OwnershipRecord) -> None:
-        """Make `record` the message's ownership here (the caller checked that it wins)."""
+    def _apply(self, key: MessageKey, entry: _Entry, record: OwnershipRecord) -> _Entry:
+        """Make `record` the message's ownership here (the caller checked that it wins);
+        returns the entry (a copy if it was shared)."""
+        entry = self._unshared(key, entry)
         was_owned = entry.state in (S.OWNED_HERE, S.CLAIMED_BY_PROXY)
         entry.owner = record.owner
         entry.epoch = record.epoch
@@ -630,6 +648,13 @@ class Ownership:
         elif now_owned and not was_owned:
             self._transferred_in += 1
         assert self._owned >= 0
+        return entry
+
+    def _unshared(self, key: MessageKey, entry: _Entry) -> _Entry:
+        """The entry of `key`, copied first if a restore shares it among several messages."""
+        if self._shared and id(entry) in self._shared:
+            entry = self._entries[key] = _Entry(entry.state, entry.owner, entry.epoch)
+        return entry
 
     def _remember_early(self, record: OwnershipRecord) -> None:
         held = self._early.get(record.key)

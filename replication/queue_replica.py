@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, islice
+from itertools import compress, islice, repeat
 from typing import Literal
 
 from amps.queue import (
@@ -184,18 +184,18 @@ class QueueReplica:
             raise ValueError("ownership snapshot does not match the queue snapshot's messages")
         replica._key_of = key_of
         keys = list(map(key_of.__getitem__, elsewhere))
-        owners = list(map(ownership.owner_of, keys))
-        if None in owners or any(map(ownership.owned_here, keys)):
+        found = ownership.owners_elsewhere(keys)
+        if found is None:
             raise ValueError("ownership snapshot owns here a message the queue holds elsewhere")
-        waiting: dict[MessageKey, tuple[int, int, str]] = {}
-        latencies = replica.latencies
-        for key, txid, found in zip(keys, elsewhere, owners, strict=True):
-            assert found is not None
-            owner, epoch = found
-            tracked = owner if epoch == 0 else ""  # as a replay that saw it enter leaves it
-            waiting[key] = (txid, now_ms, tracked)
-            if tracked:
-                latencies.of(owner).arrived(key, now_ms)
+        # As a replay that saw each enter leaves it: its initial owner's estimator tracks it.
+        owners, epochs = found
+        if any(epochs):
+            owners = [o if not e else "" for o, e in zip(owners, epochs, strict=True)]
+        tracked = owners
+        waiting = dict(zip(keys, zip(elsewhere, repeat(now_ms), tracked), strict=True))
+        for owner in set(tracked) - {""}:
+            mine = list(compress(keys, map(owner.__eq__, tracked)))
+            replica.latencies.of(owner).arrived_many(mine, now_ms)
         replica._waiting = waiting
         return replica
 
