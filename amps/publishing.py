@@ -179,6 +179,14 @@ class PublishingCore(Generic[Connection]):
         self._duplicates += len(records) - len(kept)
         return kept
 
+    def admit_received(self, heads: Sequence[tuple[int, ...]]) -> list[int]:
+        """`admit_replicated` over the fixed fields of a peer's publishes as received
+        (amps.log.received.Head: publisher id and seq at 6 and 7): the indices of the new ones."""
+        claim = self.marks.claim
+        kept = [index for index, head in enumerate(heads) if claim(head[6], head[7])]
+        self._duplicates += len(heads) - len(kept)
+        return kept
+
     # -- Rule 4: persisted acks ----------------------------------------------------------------
 
     def expect_ack(self, connection: Connection, last_txid: int, seq: int) -> None:

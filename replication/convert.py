@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from amps.errors import CorruptRecord
 from amps.log import codec
+from amps.log.received import scan
 from amps.log.records import PublishRecord, Record
 from amps.v1 import replication_pb2 as pb
 from replication.frames import (
@@ -132,12 +133,12 @@ def from_pb(message: pb.LinkFrame) -> Frame:
         batch = message.batch
         data = batch.records  # each read of the field copies the bytes out of upb: read it once
         try:
-            records, consumed = codec.decode(data)
+            records = scan(data)  # checked, not built: the receiver appends the frames
         except CorruptRecord as exc:
             raise BadFrame(f"a batch with a damaged record: {exc.message}") from None
-        if consumed != len(data) or len(records) != batch.record_count:
+        if len(records) != batch.record_count:
             raise BadFrame("a batch whose records do not match its record_count")
-        return Batch(batch.batch_id, batch.through_txid, tuple(records))
+        return Batch(batch.batch_id, batch.through_txid, records)
     if kind == "ack":
         return Ack(message.ack.through_txid)
     if kind == "heartbeat":

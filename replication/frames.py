@@ -9,6 +9,7 @@ link known to be alive. A side that refuses the link says why in a `Refusal` and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from amps.log.records import Record
@@ -93,7 +94,7 @@ class Batch:
 
     batch_id: int
     through_txid: int
-    records: tuple[Record, ...]
+    records: Sequence[Record]  # a tuple, or as received: amps.log.received.ReceivedFrames
 
 
 @dataclass(frozen=True, slots=True)

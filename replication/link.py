@@ -281,6 +281,11 @@ class Replicator:
 
     # -- hooks from the instance ------------------------------------------------------------
 
+    @property
+    def forwards(self) -> bool:
+        """Whether any destination is configured (links read the record cache)."""
+        return bool(self.routes)
+
     def log_advanced(self) -> None:
         """The local log's durable txid moved: acknowledge the peers' batches it covers, and
         ready links send what is new. Called before the commit's local fan-out, so neither a

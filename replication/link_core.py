@@ -22,11 +22,12 @@ on `Disconnected`, on a refusal either way, or when the peer is silent for `peer
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol
 
+from amps.log.received import ReceivedFrames
 from amps.log.records import PublishRecord, QueueRecord, Record
 from replication.frames import (
     PROTOCOL_VERSION,
@@ -160,7 +161,7 @@ class Send:
 class Apply:
     """Append the peer's records under local txids (de-duplicated), in order."""
 
-    records: tuple[Record, ...]
+    records: Sequence[Record]
     through_txid: int
 
 
@@ -211,6 +212,28 @@ class LinkStatistics:
     resyncs: int
     sync_changes: int
     last_heard_ms: int | None
+
+
+def _order_and_ends(
+    records: Sequence[Record], previous: int
+) -> tuple[bool, int, dict[str, tuple[int, int]]]:
+    """Whether the txids strictly increase after `previous`, the last txid, and each origin's
+    last (origin txid, txid). One pass over the records (this runs for every replicated
+    record); a batch received as frames had it computed while it was checked."""
+    if type(records) is ReceivedFrames:
+        if not records:
+            return True, previous, {}
+        first = records.heads[0][4]
+        return records.increasing and first > previous, records.last_txid, records.ends
+    last_txid = previous
+    ends: dict[str, tuple[int, int]] = {}
+    for record in records:
+        txid = record.txid
+        if txid <= last_txid:
+            return False, last_txid, ends
+        last_txid = txid
+        ends[record.origin_instance] = (record.origin_txid, txid)
+    return True, last_txid, ends
 
 
 def should_send_now(in_flight_batches: int, in_flight_bytes: int, limits: LinkLimits) -> bool:
@@ -613,28 +636,16 @@ class LinkCore:
     def _on_batch(self, batch: Batch) -> list[Action]:
         # A peer's frames are input, not our state: a batch out of order is refused, not asserted.
         previous = self.received_through_txid
-        # One pass over the records (this runs for every replicated record): txids strictly
-        # increasing after `previous`, and the last record of each origin, whose position is
-        # built once per origin rather than once per record.
-        in_order = batch.through_txid > previous
-        last_txid = previous
-        ends: dict[str, Record] = {}
-        for record in batch.records:
-            txid = record.txid
-            if txid <= last_txid:
-                in_order = False
-                break
-            last_txid = txid
-            ends[record.origin_instance] = record
-        if not in_order or last_txid > batch.through_txid:
+        in_order, last_txid, ends = _order_and_ends(batch.records, previous)
+        if not in_order or batch.through_txid <= previous or last_txid > batch.through_txid:
             return self._refuse(
                 "protocol",
                 f"{self.local} and {self.peer}: a batch through txid {batch.through_txid} out of "
                 f"order after {previous}",
             )
         last = {
-            origin: OriginPosition(origin, record.origin_txid, record.txid)
-            for origin, record in ends.items()
+            origin: OriginPosition(origin, origin_txid, txid)
+            for origin, (origin_txid, txid) in ends.items()
         }
         self._pending_positions.append((batch.through_txid, last))
         self.received_through_txid = batch.through_txid

@@ -26,6 +26,7 @@ newest segment. See docs/design/journal.md.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import google_crc32c
@@ -45,12 +46,16 @@ __all__ = [
     "COMMIT_KIND",
     "CONTROL_FRAME_BYTES",
     "HEADER_SIZE_BYTES",
+    "HEAD_PUBLISH",
+    "KIND_PUBLISH",
     "MAX_PAYLOAD_BYTES",
+    "PUBLISH_FIXED_BYTES",
     "QUEUE_RECORD_VERSION",
     "SEGMENT_FORMAT_VERSION",
     "SEGMENT_HEADER_KIND",
     "Control",
     "check_payload",
+    "crc_value",
     "decode",
     "decode_control",
     "decode_payload",
@@ -65,6 +70,8 @@ __all__ = [
     "new_publish",
     "peek_payload",
     "record_frames",
+    "restamp",
+    "restamp_publishes",
 ]
 
 MAGIC = 0xA3B5_1A7E
@@ -535,6 +542,60 @@ def record_frames(buf: bytes, end: int) -> list[bytes]:
 # The frame header and a publish's fixed fields, unpacked in one call (every kind starts with
 # kind and txid; the other fields mean something for publishes only).
 _HEAD_PUBLISH = struct.Struct("<III" + _PUBLISH.format.lstrip("<"))
+HEAD_PUBLISH = _HEAD_PUBLISH
+PUBLISH_FIXED_BYTES = _PUBLISH.size
+KIND_PUBLISH = _KIND_PUBLISH
+crc_value = _crc_value
+# A frame's length field and the fields every record starts with (kind, txid, timestamp_us).
+_LENGTH_PREFIX = struct.Struct("<IBQQ")
+_RESTAMPED_FROM = HEADER_SIZE_BYTES + _PREFIX.size  # where a frame's bytes stay as they were
+
+
+def restamp(frame: bytes, offset: int, length: int, txid: int, timestamp_us: int) -> bytes:
+    """The checked frame at `offset` (payload `length` bytes) with its txid and timestamp
+    replaced and its CRC computed again: what `encode` makes of the same record restamped,
+    without decoding it (a replicated record appended under the receiver's txid)."""
+    body = _LENGTH_PREFIX.pack(length, frame[offset + HEADER_SIZE_BYTES], txid, timestamp_us)
+    body += frame[offset + _RESTAMPED_FROM : offset + HEADER_SIZE_BYTES + length]
+    return _MAGIC_CRC.pack(MAGIC, _crc_value(body)) + body
+
+
+def restamp_publishes(
+    buf: bytes,
+    offsets: list[int],
+    heads: Sequence[tuple[int, ...]],
+    indices: Iterable[int],
+    first_txid: int,
+    min_timestamp_us: int,
+) -> tuple[list[bytes], list[int], dict[int, tuple[int, int]]]:
+    """`restamp` of the checked publish frames `indices` (their `offsets` in `buf` and
+    `heads` as `HEAD_PUBLISH` unpacks them), under txids from `first_txid` and timestamps
+    raised to at least the one before: the frames, their timestamps, and each publisher's
+    (first, last) seq among them. The receiver's append of a peer's batch: one loop, inlined."""
+    pack_prefix, pack_magic_crc, crc = _LENGTH_PREFIX.pack, _MAGIC_CRC.pack, _crc_value
+    kind, kept_from, header = _KIND_PUBLISH, _RESTAMPED_FROM, HEADER_SIZE_BYTES
+    frames: list[bytes] = []
+    add_frame = frames.append
+    timestamps: list[int] = []
+    add_timestamp = timestamps.append
+    seq_ranges: dict[int, tuple[int, int]] = {}
+    txid, last_timestamp_us = first_txid, min_timestamp_us
+    for index in indices:
+        head = heads[index]
+        offset, length = offsets[index], head[2]
+        timestamp_us = head[5]
+        if timestamp_us < last_timestamp_us:
+            timestamp_us = last_timestamp_us
+        body = pack_prefix(length, kind, txid, timestamp_us)
+        body += buf[offset + kept_from : offset + header + length]
+        add_frame(pack_magic_crc(MAGIC, crc(body)) + body)
+        add_timestamp(timestamp_us)
+        publisher_id, seq = head[6], head[7]
+        low = seq_ranges.get(publisher_id)
+        seq_ranges[publisher_id] = (seq if low is None else low[0], seq)
+        last_timestamp_us = timestamp_us
+        txid += 1
+    return frames, timestamps, seq_ranges
 
 
 def decode_publishes(

@@ -16,7 +16,7 @@ import os
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -29,6 +29,7 @@ from amps.log.dedup import PublisherMarks
 from amps.log.lookup import find_start
 from amps.log.marks_file import read_marks, write_marks
 from amps.log.reader import Segment, SegmentReader
+from amps.log.received import ReceivedFrames, ReceivedRun
 from amps.log.records import PublishRecord, Record
 from amps.log.recovery import TailScan, check_sealed, plan_recovery
 from amps.log.retention import SegmentState
@@ -368,6 +369,53 @@ class Journal:
             marks.advance(publisher_id, seq)
             add(new_publish(*fields))
         return appended
+
+    def append_received(self, frames: ReceivedFrames, indices: Sequence[int]) -> ReceivedRun:
+        """Append publishes of a peer's batch (`indices` into `frames`, all publishes, in order)
+        under local txids, origin kept: each frame restamped (txid, timestamp, CRC), neither
+        decoded nor encoded again, and no record built. The caller decided they are new (L4:
+        amps.publishing.PublishingCore.admit_received)."""
+        self._check_writable()
+        first_txid = self._next_txid
+        out, timestamps, seq_ranges = codec.restamp_publishes(
+            frames.data, frames.offsets, frames.heads, indices, first_txid,
+            self._last_timestamp_us,
+        )  # fmt: skip
+        if not out:
+            return ReceivedRun(frames, indices, first_txid, timestamps)
+        active = self._active
+        if (
+            not active.size_bytes
+            or active.size_bytes + sum(map(len, out)) <= self.segment_size_bytes
+        ):
+            self._buffer_run(out, first_txid, timestamps, seq_ranges)
+        else:  # the run crosses into a new segment (once per segment): frame by frame
+            heads = frames.heads
+            for k, frame in enumerate(out):
+                head = heads[indices[k]]
+                self._buffer_frame(frame, first_txid + k, timestamps[k], head[6], head[7])
+        advance = self.marks.advance
+        for publisher_id, (_low, high) in seq_ranges.items():
+            advance(publisher_id, high)
+        return ReceivedRun(frames, indices, first_txid, timestamps)
+
+    def _buffer_run(
+        self,
+        frames: list[bytes],
+        first_txid: int,
+        timestamps: list[int],
+        seq_ranges: dict[int, tuple[int, int]],
+    ) -> None:
+        """`_buffer_frame` for consecutive frames that fit in the active segment, at once."""
+        sizes = [len(frame) for frame in frames]
+        self._active.add_run(sizes, timestamps, seq_ranges)
+        self._pending.extend(frames)
+        self._pending_bytes += sum(sizes)
+        self._next_txid = first_txid + len(frames)
+        self._last_timestamp_us = timestamps[-1]
+        if self._frames_max_bytes:
+            for k, frame in enumerate(frames):
+                self._keep_frame(frame, first_txid + k, sizes[k])
 
     def append(self, record: Record) -> Record:
         """Assign a txid to any record built with txid=0 and buffer it."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 import struct
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import google_crc32c
 
@@ -152,6 +154,42 @@ class SegmentBuilder:
             if low is None or seq < low:
                 first_seq[pub] = seq
         return offset
+
+    def add_run(
+        self, sizes: list[int], timestamps_us: list[int], seq_ranges: dict[int, tuple[int, int]]
+    ) -> None:
+        """`add` for consecutive frames at once: frame k has txid last_txid + 1 + k, size
+        `sizes[k]` and timestamp `timestamps_us[k]`; `seq_ranges`: publisher -> (lowest,
+        highest) seq among them. What `add` does per frame, with a Python step only per index
+        entry (every INDEX_EVERY_BYTES) instead of per frame."""
+        if not sizes:
+            return
+        first = self.last_txid + 1
+        start = self.size_bytes
+        ends = list(accumulate(sizes, initial=start))  # ends[k]: where frame k starts
+        k = 0
+        while True:
+            k = bisect_left(ends, self._next_index_offset, k, len(sizes))
+            if k >= len(sizes):
+                break
+            self._index_txids.append(first + k)
+            self._index_offsets.append(ends[k])
+            self._index_timestamps_us.append(timestamps_us[k])
+            self._next_index_offset = ends[k] + INDEX_EVERY_BYTES
+        if first == self.first_txid:
+            self.first_timestamp_us = timestamps_us[0]
+        self.last_txid = first + len(sizes) - 1
+        self.last_timestamp_us = timestamps_us[-1]
+        self.size_bytes = ends[-1]
+        first_seq, last_seq = self._first_seq, self._last_seq
+        for pub, (low, high) in seq_ranges.items():
+            if not pub:
+                continue
+            if high > last_seq.get(pub, 0):
+                last_seq[pub] = high
+            known = first_seq.get(pub)
+            if known is None or low < known:
+                first_seq[pub] = low
 
     def add_control(self, frame_size_bytes: int) -> None:
         """Account for a control frame (segment header, commit marker) appended at the end."""

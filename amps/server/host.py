@@ -57,6 +57,11 @@ class QueueHost(Protocol):
 class ReplicationHooks(Protocol):
     """The replication links, as the instance's commit path calls them."""
 
+    @property
+    def forwards(self) -> bool:
+        """Whether this instance has destinations (its links read the durable records)."""
+        ...
+
     def log_advanced(self) -> None: ...
 
     def sync_acked_txids(self) -> Iterator[int]: ...

@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from time import perf_counter_ns
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from amps import __version__, errors
 from amps.expr import Message
 from amps.log.journal import Journal
+from amps.log.received import ReceivedFrames, ReceivedRun
 from amps.log.records import PublishRecord, Record
 from amps.publishing import PublishingCore, check_client_name, persisted_through
 from amps.server.convert import success_ack
@@ -71,7 +72,10 @@ class Instance:
         self.dispatched_txid = journal.last_txid
         # Each origin's last publish per topic: positions_only probes are answered from it.
         self.origin_positions = OriginPositions(journal.last_txid)
-        self._undispatched: list[PublishRecord] = []
+        # Durable publishes not yet dispatched, in txid order; a peer's publishes appended as
+        # frames are one ReceivedRun each, built into records only if someone wants them.
+        self._undispatched: list[PublishRecord | ReceivedRun] = []
+        self._undispatched_runs = 0
         self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._commit_wanted = asyncio.Event()
         self._on_fatal = on_fatal
@@ -221,10 +225,14 @@ class Instance:
         self._count_publish(topic, size)
         return own_seq
 
-    def append_replicated(self, records: tuple[Record, ...]) -> None:
+    def append_replicated(self, records: Sequence[Record]) -> None:
         """Append what a peer replicated under local txids, origin kept; the same publisher
         de-duplication as a local publish (L4), so a republish after failover adds nothing.
         Runs of publishes go to the journal in one call each (a batch is usually one run)."""
+        if type(records) is ReceivedFrames and records.only_publishes:
+            self._append_received(records)  # the usual batch: frames restamped, no records
+            self._commit_wanted.set()
+            return
         run: list[PublishRecord] = []
         for record in records:
             if isinstance(record, PublishRecord):
@@ -251,6 +259,19 @@ class Instance:
             topic = record.topic
             counts[topic] = counts.get(topic, 0) + 1
             sizes[topic] = sizes.get(topic, 0) + len(record.data)
+
+    def _append_received(self, frames: ReceivedFrames) -> None:
+        fresh = self.publishing.admit_received(frames.heads)
+        if not fresh:
+            return
+        run = self.journal.append_received(frames, fresh)
+        self._undispatched.append(run)
+        self._undispatched_runs += 1
+        stats = self.statistics
+        counts, sizes = stats.published_by_topic, stats.published_bytes_by_topic
+        for topic, (count, size) in frames.topic_totals(fresh).items():
+            counts[topic] = counts.get(topic, 0) + count
+            sizes[topic] = sizes.get(topic, 0) + size
 
     def release_persisted_acks(self) -> None:
         """A sync destination acknowledged more (or was downgraded): ack what it allows."""
@@ -378,9 +399,13 @@ class Instance:
     def _after_commit(self, durable_txid: int) -> None:
         records = self._undispatched
         split = len(records)
-        while split and records[split - 1].txid > durable_txid:
+        while split and _last_txid(records[split - 1]) > durable_txid:
             split -= 1
-        ready, self._undispatched = records[:split], records[split:]
+        if self._undispatched_runs:
+            ready, latest = self._records_of(records[:split])
+        else:  # records only: no pass over them
+            ready = latest = cast(list[PublishRecord], records[:split])
+        self._undispatched = records[split:]
         self.dispatched_txid = max(self.dispatched_txid, durable_txid)
         self._send_persisted_acks(durable_txid)
         if self._soon_commit is not None and self.journal.last_txid <= durable_txid:
@@ -390,11 +415,11 @@ class Instance:
         if oldest_soon is not None and oldest_soon[0] <= durable_txid:
             self.statistics.hops.removal_durable.add(perf_counter_ns() - oldest_soon[1])
             self._oldest_soon = None
+        self.origin_positions.dispatched(latest)
         if ready:
             put = self.records.put
             for record in ready:
                 put(record)  # before the links read them: the cache spares a journal read
-            self.origin_positions.dispatched(ready)
         if self.replicator is not None:
             # Before the local fan-out: the copy on a destination (and, for a sync one, the
             # publishers' persisted acks) waits for a link hop and the peer's fsync, the local
@@ -423,6 +448,33 @@ class Instance:
         self._durable_waiters = still
         if self._undispatched or self._durable_waiters or self._durable_callbacks:
             self._commit_wanted.set()
+
+    def _records_of(
+        self, items: list[PublishRecord | ReceivedRun]
+    ) -> tuple[list[PublishRecord], list[PublishRecord]]:
+        """The durable publishes, and those the origin positions need (the same list, or each
+        run's last record per topic and origin). A peer's runs are built into records only when
+        something reads them: a live subscription, a queue, or a destination (its link reads
+        the record cache); otherwise nobody would look at them before they leave the cache."""
+        wanted = bool(
+            len(self.subscriptions)
+            or self.queues.drivers
+            or (self.replicator is not None and self.replicator.forwards)
+        )
+        out: list[PublishRecord] = []
+        latest: list[PublishRecord] = []
+        for item in items:
+            if type(item) is ReceivedRun:
+                self._undispatched_runs -= 1
+                if wanted:
+                    out.extend(item.records())
+                else:
+                    latest.extend(item.last_records())
+            else:
+                out.append(item)  # type: ignore[arg-type]
+                if not wanted:
+                    latest.append(item)  # type: ignore[arg-type]
+        return out, (out if wanted else latest)
 
     def _send_persisted_acks(self, durable_txid: int) -> None:
         if self.replicator is not None:
@@ -491,6 +543,10 @@ class Instance:
                 entry = entries[key] = delivery_for(record, sub_ids, origin=origin)
             session.send_entry(entry)
             self.statistics.delivered += 1
+
+
+def _last_txid(item: PublishRecord | ReceivedRun) -> int:
+    return item.txid if type(item) is PublishRecord else item.last_txid  # type: ignore[union-attr]
 
 
 def bookmark_of(record: PublishRecord) -> str:

@@ -434,15 +434,23 @@ def test_a_sync_destination_that_is_down_holds_only_what_it_takes() -> None:
 
 
 def test_frames_out_of_order_from_the_peer_are_refused_not_asserted() -> None:
+    from dataclasses import replace
+
+    from amps.log.codec import encode
+    from amps.log.received import scan
+
     """Bad input never crashes an instance: a batch out of txid order, or an ack that ends no
     batch in flight, closes the link with a `protocol` refusal naming both instances."""
-    for bad in (
+    bad_batches = [
         Batch(1, 5, (PublishRecord(6, 0, "orders", b"", 1, 1, "b", "b", 6),)),
         Batch(1, 5, (PublishRecord(3, 0, "o", b"", 1, 1, "b", "b", 3),) * 2),
         Batch(1, 5, tuple(PublishRecord(t, 0, "o", b"", 1, t, "b", "b", t) for t in (4, 3))),
         Batch(1, 0, ()),  # a batch that ends where the link already is
-        Ack(42),
-    ):
+    ]
+    # The same batches as the receiver gets them: frames checked, records not built.
+    as_received = [replace(b, records=scan(b"".join(map(encode, b.records)))) for b in bad_batches]
+    cases: list[Batch | Ack] = [*bad_batches, *as_received, Ack(42)]
+    for bad in cases:
         net = pair()
         net.connect("a", "b")
         while net.deliver("a", "b") or net.deliver("b", "a"):
