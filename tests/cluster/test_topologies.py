@@ -47,6 +47,15 @@ async def test_one_way_archive_takes_only_its_topics(
     clusters.append(pair)
     pair.start({"a": [Link("archive", sync=False, topics=("orders",))]})
     await publish(pair["a"], "pub-a", 50)
+    # Nobody reads the archive while it receives (no subscription, queue or destination): it
+    # appends the frames without building records, and still knows each origin's position
+    # (positions_only, issue 10) once they are durable.
+    await wait_until(lambda: _last_txid(pair["archive"]) >= 50)
+    async with Client("probe") as client:
+        await client.connect(pair["archive"].address)
+        probe = await client.subscribe("orders", bookmark="0", options="positions_only")
+        await probe.wait_completed(TIMEOUT_S)
+        assert probe.origins == {"a": 50}
     async with Client("pub-other") as client:
         await client.connect(pair["a"].address)
         await client.publish("other", b'{"x":1}')
@@ -64,6 +73,15 @@ async def test_one_way_archive_takes_only_its_topics(
         firsts = await take(orders, 50)
         assert {m.json()["p"] for m in firsts} == {"pub-a"}
         assert await more_within(orders, 1.0) == []
+
+
+def _last_txid(instance: InstanceProcess) -> int:
+    url = f"http://127.0.0.1:{instance.admin_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(("amps_journal_last_txid ", "amps_journal_last_txid{")):
+                return int(float(line.split()[-1]))
+    raise AssertionError("amps_journal_last_txid not in /metrics")
 
 
 async def test_a_cut_and_a_stalled_link_resync_without_loss_or_duplicates(
