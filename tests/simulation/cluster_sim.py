@@ -120,6 +120,7 @@ class SimOptions:
     break_reachability: bool = False  # only neighbours heard, not through them (must fail)
     sync_probability: float = 0.5  # of a seed giving each destination SyncType sync at 1/2
     failover: bool = False  # publishers fail over across sync destinations (see fail_over)
+    snapshot_probability: float = 0.2  # of a group commit storing the queues' snapshots
 
 
 class SimFailure(AssertionError):
@@ -173,6 +174,8 @@ class Instance:
         self.options = options
         self.disk = SimDisk(name, name)
         self.saved_book: list[tuple[str, object]] = []
+        self.snapshots: dict[str, bytes] = {}  # the queue state store: survives a crash
+        self.restored = 0  # queues restored from a snapshot at a restart
         self.up = True
         self.down_until_ms = 0
         self.proxied = False
@@ -204,9 +207,31 @@ class Instance:
             replay_at_now=self.options.break_replay,
         )
         self.queues = {s.name: SimQueue(self.name, s, breakage) for s in self.specs}
+        records = self.disk.records
         self.recovered = [
-            action for q in self.queues.values() for action in q.recover(self.disk.records, now_ms)
+            action
+            for q in self.queues.values()
+            for action in q.recover(records, now_ms, self.snapshots.get(q.name))
         ]
+        if self.snapshots:  # restored from a snapshot: the same queue as replaying it all
+            self.restored += len(self.snapshots)
+            for name, queue in self.queues.items():
+                replayed = SimQueue(self.name, queue.spec, breakage)
+                replayed.recover(records, now_ms)
+                for key in sorted(queue.entered | replayed.entered):
+                    restored, whole = queue.view_of(key), replayed.view_of(key)
+                    assert restored == whole, (
+                        f"{self.name} restored {key} of {name} from its snapshot as "
+                        f"{restored}, replaying the log gives {whole}"
+                    )
+
+    def store_snapshots(self, now_ms: int) -> None:
+        """Every replicated queue's snapshot at the durable end of the log (all applied)."""
+        assert self.disk.durable_txid == self.disk.last_txid
+        for name, queue in self.queues.items():
+            data = queue.take_snapshot(self.disk.durable_txid, now_ms)
+            if data is not None:
+                self.snapshots[name] = data
 
     def applied(self, record: Record, now_ms: int, *, local: bool) -> list[object]:
         """A record appended here goes to the queue it belongs to, if any."""
@@ -442,6 +467,8 @@ class Cluster:
         disk.sync()
         if self.rng.random() < 0.5:
             instance.saved_book = instance.book.entries()  # type: ignore[assignment]
+        if self.rng.random() < self.options.snapshot_probability:
+            instance.store_snapshots(self.clock(instance))
         self.release_persisted(instance)
         waits, instance.durable_waits = instance.durable_waits, []
         for wait in waits:

@@ -35,6 +35,7 @@ from amps.queue import (
     RemovalReason,
     Subscribed,
 )
+from replication import queue_snapshot
 from replication.latency import LatencyOptions
 from replication.ownership import (
     Action,
@@ -163,13 +164,13 @@ class SimQueue:
         machine = None
         if breakage.first_request:
             machine = FirstRequestBroken(here, request_timeout_ms=REQUEST_TIMEOUT_MS)
-        options = ReplicaOptions(
+        self.options = ReplicaOptions(
             kind=spec.kind,
             initial_owner=spec.initial_owner,
             request_timeout_ms=REQUEST_TIMEOUT_MS,
             latency=LATENCY,
         )
-        self.replica = QueueReplica(here, QueueEngine(POLICY), options, ownership=machine)
+        self.replica = QueueReplica(here, QueueEngine(POLICY), self.options, ownership=machine)
         self.key_of: dict[int, MessageKey] = {}  # local txid -> bookmark of a publish
         self.entered: set[MessageKey] = set()
         self.barriers: set[MessageKey] = set()
@@ -196,20 +197,33 @@ class SimQueue:
 
     # -- records -----------------------------------------------------------------------------
 
-    def recover(self, records: Sequence[Record], now_ms: int) -> list[object]:
-        """Rebuild the queue from the durable log, then return what is due now.
+    def recover(
+        self, records: Sequence[Record], now_ms: int, snapshot: bytes | None = None
+    ) -> list[object]:
+        """Rebuild the queue from the durable log (after its `snapshot`, if one is stored),
+        then return what is due now.
 
-        As the server recovers (`amps/server/queue_manager.py`): the log is replayed with the
-        engine's deadlines deferred (`QueueEngine.defer_deadlines`), then one live deadline
-        step writes what is due with its own records. Replayed with its deadlines running
-        (`replay_at_now`, as the server's recovery once did, writing nothing it decided), a
-        message past its expiration would be expired before a later record in the log (its
-        ack, its owner's expiry) is read: a removal no other instance hears of."""
+        As the server recovers (`amps/server/queue_manager.py`): a replicated queue's stored
+        snapshot (`replication/queue_snapshot.py`) is restored, engine and ownership, and only
+        the log after it is replayed, with the engine's deadlines deferred
+        (`QueueEngine.defer_deadlines`); then one live deadline step writes what is due with
+        its own records. Replayed with its deadlines running (`replay_at_now`, as the server's
+        recovery once did, writing nothing it decided), a message past its expiration would
+        be expired before a later record in the log (its ack, its owner's expiry) is read: a
+        removal no other instance hears of."""
+        start = 0
+        if snapshot is not None and self.spec.replicated and not self.breakage.first_request:
+            snap = queue_snapshot.decode(snapshot)
+            self.replica = queue_snapshot.restore(snap, self.here, POLICY, self.options, 0, now_ms)
+            start = max(snap.reflects_txid, snap.queue.high_water_txid)
+            for record in records[:start]:  # the simulation's own notes of what each txid is
+                if isinstance(record, PublishRecord) and self.holds(record):
+                    self._note_publish(record)
         engine = self.replica.engine
         broken = self.breakage.replay_at_now
         engine.defer_deadlines(not broken)
         out: list[object] = []
-        for record in records:
+        for record in records[start:]:
             if not self.holds(record):
                 continue
             if isinstance(record, QueueRecord) and record.origin_instance == self.here:
@@ -236,15 +250,10 @@ class SimQueue:
         when made.)"""
         replica = self.replica
         if isinstance(record, PublishRecord):
-            key = (record.publisher_id, record.seq)
-            self.key_of[record.txid] = key
-            self.entered.add(key)
-            barrier = record.data == BARRIER_DATA
-            if barrier:
-                self.barriers.add(key)
+            key = self._note_publish(record)
             message = MessagePublished(
                 record.txid, record.publisher_id, record.seq, record.timestamp_us // 1000,
-                is_barrier=barrier,
+                is_barrier=key in self.barriers,
             )  # fmt: skip
             out = self._out(replica.published([message], [record.origin_instance], now_ms))
             self._check_initial_owner(key, record.origin_instance)
@@ -257,6 +266,25 @@ class SimQueue:
         for key in self._keys(record):
             self._drop_leases(key)
         return self._out(replica.removed_by_peer(self._keys(record), now_ms, reason, reasons))
+
+    def _note_publish(self, record: PublishRecord) -> MessageKey:
+        key = (record.publisher_id, record.seq)
+        self.key_of[record.txid] = key
+        self.entered.add(key)
+        if record.data == BARRIER_DATA:
+            self.barriers.add(key)
+        return key
+
+    def take_snapshot(self, reflects_txid: int, now_ms: int) -> bytes | None:
+        """A replicated queue's snapshot as the server stores it (every record up to
+        `reflects_txid` is applied here); None for a LocalQueue."""
+        if not self.spec.replicated:
+            return None
+        snap = queue_snapshot.take(
+            self.replica, reflects_txid=reflects_txid, taken_mono_ms=now_ms,
+            taken_wall_us=now_ms * 1000, deferred_logged={}, marks={},
+        )  # fmt: skip
+        return queue_snapshot.encode(snap)
 
     @staticmethod
     def _keys(record: QueueRecord) -> list[MessageKey]:

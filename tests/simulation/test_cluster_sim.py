@@ -20,7 +20,9 @@ def test_ci_seeds_keep_every_invariant() -> None:
     instance for a LocalQueue's copy or a barrier), nothing persisted lost, the same queue
     everywhere after heal, everything acked, released or dead-lettered everywhere, over
     crashes, cuts and partitions; with a Queue, a GroupLocalQueue and a LocalQueue, and in
-    half the seeds sync destinations (a persisted ack only once each holds the message)."""
+    half the seeds sync destinations (a persisted ack only once each holds the message); a
+    restart restores each replicated queue's stored snapshot and replays the log after it,
+    and the queue equals the one a replay of the whole log rebuilds (Q16)."""
     seen: Counter[str] = Counter()
     for seed in range(CI_SEEDS):
         cluster = run_seed(seed)
@@ -34,6 +36,7 @@ def test_ci_seeds_keep_every_invariant() -> None:
                 if isinstance(record, QueueRecord) and mine:
                     seen[f"{record.queue} {record.action.name} on {instance.name}"] += 1
         seen["seeds with sync destinations"] += any(cluster.sync_to.values())
+        seen["snapshot restores"] += sum(i.restored for i in cluster.instances.values())
         seen["crashes"] += sum(1 for line in cluster.transcript if " crash " in line)
         seen["dead letters"] += len(cluster.dead_letters)
     assert seen["work transfers"] > CI_SEEDS  # the seeds move messages between instances,
@@ -45,6 +48,7 @@ def test_ci_seeds_keep_every_invariant() -> None:
             assert seen[f"{queue} BARRIER_RELEASED on {name}"] > CI_SEEDS // 20
     assert seen["seeds with sync destinations"] > CI_SEEDS // 4  # hold persisted acks (L2),
     assert seen["crashes"] > CI_SEEDS // 2  # crash instances,
+    assert seen["snapshot restores"] > CI_SEEDS // 2  # restart them from snapshots,
     assert seen["dead letters"] > CI_SEEDS // 4  # and owners expire messages
 
 
