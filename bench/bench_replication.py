@@ -482,14 +482,27 @@ def publish_rates(messages: int) -> None:
     """Item 1: durable publish, alone and with one sync / one async destination."""
     with temp_instance("alone") as alone:
         rate_alone = publish_rate(alone.address, messages, "alone")
-    with pair(sync=True) as running:
-        rate_sync = publish_rate(running["a"].address, messages, "sync")
-    with pair(sync=False) as running:
-        rate_async = publish_rate(running["a"].address, messages, "async")
+    cpu: dict[str, str] = {}
+    rates: dict[str, float] = {}
+    for kind in ("sync", "async"):
+        with pair(sync=kind == "sync") as running:
+            a, b = running["a"], running["b"]
+            before = cpu_times_s(a), cpu_times_s(b)
+            rates[kind] = publish_rate(a.address, messages, kind)
+            # b's share lands after a's acks for async: wait until it holds them all.
+            target = int(scrape(a.admin_port)["amps_journal_last_txid"])
+            while int(scrape(b.admin_port)["amps_journal_last_txid"]) < target:
+                time.sleep(CATCH_UP_POLL_S)
+            cpu[kind] = (
+                f"a {_per_record_us(before[0], cpu_times_s(a), messages)}, "
+                f"b {_per_record_us(before[1], cpu_times_s(b), messages)}"
+            )
+    rate_sync, rate_async = rates["sync"], rates["async"]
     print(
         f"durable publish, 1 client: alone {rate_alone:,.0f} msg/s; one sync destination "
         f"{rate_sync:,.0f} msg/s ({rate_sync / rate_alone:.2f}x); one async destination "
-        f"{rate_async:,.0f} msg/s ({rate_async / rate_alone:.2f}x)",
+        f"{rate_async:,.0f} msg/s ({rate_async / rate_alone:.2f}x); CPU per message: sync "
+        f"{cpu['sync']}; async {cpu['async']}",
         flush=True,
     )
 
