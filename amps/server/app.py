@@ -244,6 +244,9 @@ class Server:
             # redeliver or lose messages, so the instance does not start (the documented 65).
             self.instance.damage.report(exc, "queue recovery")
             fatal(FatalReason.JOURNAL_CORRUPT, f"journal {journal.directory}: {exc.message}")
+        # Replication before the client port: a publish accepted with no replication hook yet
+        # would be acknowledged as persisted without its sync destinations (L2).
+        await self._start_replication()
         await self._start_grpc()
         for transport in self.config.transports:
             if not self.instance.transports.enabled(transport.name):
@@ -254,7 +257,6 @@ class Server:
                     transport.name,
                 )
         await self._start_admin()
-        await self._start_replication()
         journal.start_flusher()
         log.info("instance %s ready", self.config.name)
         grpc_addr = self.config.grpc_transport
