@@ -398,6 +398,26 @@ class Ownership:
             )
         self._on_entered(MessageEntered(key, owner))
 
+    def enter_many(self, keys: list[MessageKey], owner: str) -> bool:
+        """`enter(key, owner)` of each key, in bulk, when every key is new here (neither
+        entered, nor removed, nor awaited by an early record) and appears once: the usual
+        publish step. False, changing nothing, otherwise (then enter them one by one)."""
+        entries = self._entries
+        if (
+            not entries.keys().isdisjoint(keys)
+            or (self._removed and not self._removed.keys().isdisjoint(keys))
+            or (self._early and not self._early.keys().isdisjoint(keys))
+            or len(set(keys)) != len(keys)
+        ):
+            return False
+        assert owner
+        here = owner == self.here
+        state = S.OWNED_HERE if here else S.OWNED_ELSEWHERE
+        entries.update(zip(keys, [_Entry(state, owner, 0) for _ in keys], strict=True))
+        if here:
+            self._owned += len(keys)
+        return True
+
     def remove(self, key: MessageKey) -> None:
         """`handle(Removed(key))` (the hot path: every ack; legal in every state)."""
         early = self._early

@@ -288,6 +288,45 @@ class QueueReplica:
         self._request_waiting(now_ms, out)
         return out
 
+    def published_plain(
+        self,
+        txids: list[int],
+        publisher_ids: list[int],
+        seqs: list[int],
+        timestamps_ms: list[int],
+        origins: list[str],
+        now_ms: int,
+    ) -> list[ReplicaAction]:
+        """`published` of one `MessagePublished(txid, publisher_id, seq, timestamp_ms)` per
+        row (no priority, barrier or expiration of its own), without building the events: the
+        adapter's path for a step's durable publishes. One owner for the whole step (every
+        publish of one origin, or a GroupLocalQueue) goes in bulk, on the owner and on a peer
+        holding the copy; anything else as `published`."""
+        engine = self.engine
+        if not self.tracks_ownership:
+            return list(engine.publish_plain(txids, publisher_ids, seqs, timestamps_ms, now_ms))
+        owner = self.options.initial_owner
+        if owner is None:  # Queue: the origin, if one for all
+            owner = origins[0]
+            if origins.count(owner) != len(origins):
+                owner = None
+        keys = list(zip(publisher_ids, seqs, strict=True))
+        if owner is None or not self.ownership.enter_many(keys, owner):
+            rows = zip(txids, publisher_ids, seqs, timestamps_ms, strict=True)
+            return self.published([MessagePublished(*row) for row in rows], origins, now_ms)
+        self._key_of.update(zip(txids, keys, strict=True))
+        elsewhere = owner != self.here
+        if elsewhere:
+            self._waiting.update(zip(keys, zip(txids, repeat(now_ms), repeat(owner)), strict=True))
+            self.latencies.of(owner).arrived_many(keys, now_ms)
+        actions = engine.publish_plain(
+            txids, publisher_ids, seqs, timestamps_ms, now_ms, elsewhere=elsewhere
+        )
+        out: list[ReplicaAction] = []
+        self._engine_actions(actions, now_ms, out)
+        self._request_waiting(now_ms, out)
+        return out
+
     def acked(self, event: Acked | AckedByFilter, now_ms: int) -> list[ReplicaAction]:
         """A client's `sow_delete` on this instance (Q10-Q12); its removal records replicate."""
         out: list[ReplicaAction] = []

@@ -126,18 +126,25 @@ class QueueEngine:
         seqs: list[int],
         timestamps_ms: list[int],
         now_ms: int,
+        *,
+        elsewhere: bool = False,
     ) -> list[Action]:
         """`handle_many` of one `MessagePublished(txid, publisher_id, seq, timestamp_ms)` per
         row (no priority, barrier or expiration of its own), without building the events: the
-        adapter's path for durable publishes and for replay at recovery (Q16)."""
+        adapter's path for durable publishes and for replay at recovery (Q16). `elsewhere`:
+        every row is owned by another instance (R2; `MessagePublished.elsewhere`)."""
         state = self._state
         if not state.accepts_plain_inserts():
             rows = zip(txids, publisher_ids, seqs, timestamps_ms, strict=True)
-            return self.handle_many([MessagePublished(*row) for row in rows], now_ms)
+            return self.handle_many(
+                [MessagePublished(*row, 0, False, None, elsewhere) for row in rows], now_ms
+            )
         actions: list[Action] = []
         deadlines.run_due(state, now_ms, actions)
         if txids:
-            self._insert_plain_columns(txids, publisher_ids, seqs, timestamps_ms, now_ms, actions)
+            self._insert_plain_columns(
+                txids, publisher_ids, seqs, timestamps_ms, now_ms, actions, elsewhere=elsewhere
+            )
         delivery.settle(state, now_ms, actions)
         compaction.maybe_compact(state)
         return actions
@@ -161,8 +168,11 @@ class QueueEngine:
         stamps: list[int],
         now_ms: int,
         actions: list[Action],
+        *,
+        elsewhere: bool = False,
     ) -> None:
-        """`_insert_plain` of the messages given as columns (at least one)."""
+        """`_insert_plain` of the messages given as columns (at least one), all owned
+        elsewhere with `elsewhere`."""
         state = self._state
         given = (txids, publisher_ids, seqs, stamps)
         if txids[0] <= state.last_txid or not all(map(lt, txids, islice(txids, 1, None))):
@@ -187,9 +197,10 @@ class QueueEngine:
             for index, row in enumerate(zip(*given, strict=True)):
                 if index:
                     deadlines.run_due(state, now_ms, actions)
-                self._on_message_published(MessagePublished(*row), now_ms, actions)
+                event = MessagePublished(*row, 0, False, None, elsewhere)
+                self._on_message_published(event, now_ms, actions)
             return
-        state.insert_plain_many(txids, publisher_ids, seqs, stamps)
+        state.insert_plain_many(txids, publisher_ids, seqs, stamps, elsewhere=elsewhere)
 
     def remove_recovered(
         self,

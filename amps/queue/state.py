@@ -397,14 +397,21 @@ class QueueState:
         )
 
     def insert_plain_many(
-        self, txids: list[int], publisher_ids: list[int], seqs: list[int], timestamps_ms: list[int]
+        self,
+        txids: list[int],
+        publisher_ids: list[int],
+        seqs: list[int],
+        timestamps_ms: list[int],
+        *,
+        elsewhere: bool = False,
     ) -> None:
         """`insert` of each message in turn, in bulk, when `accepts_plain_inserts()`.
 
         For messages without priority, barrier or expiration of their own, with increasing
         txids and, under a queue Expiration, expiring in order: no priority, TargetQueueDepth
         or per-message expiry column, and no deferred ack waiting, so every message becomes
-        AVAILABLE at the end of the fresh list and nothing else changes.
+        AVAILABLE at the end of the fresh list and nothing else changes; with `elsewhere`
+        (all owned by another instance) AVAILABLE and ELSEWHERE, in no list at all.
         """
         assert self.accepts_plain_inserts()
         assert txids[0] > self.last_txid
@@ -415,8 +422,11 @@ class QueueState:
         count = len(txids)
         self.last_txid = txids[-1]
         self.counters.entered_total += count
-        slot = self.table.append_available(txids, timestamps_ms)
+        slot = self.table.append_available(txids, timestamps_ms, ELSEWHERE if elsewhere else 0)
         self.bookmarks.add_many(publisher_ids, seqs, txids)
+        if elsewhere:
+            self.elsewhere_count += count
+            return
         self.active_count += count
         level = self.level0
         assert not level.fresh or txids[0] > level.fresh[-1]

@@ -93,9 +93,9 @@ class MessageTable:
             self.expire_at_ms.append(NO_EXPIRY)
         return slot
 
-    def append_available(self, txids: list[int], timestamps_ms: list[int]) -> int:
-        """`append` of each new, newest AVAILABLE message without flags, priority or expiry
-        column, in bulk; return the first slot."""
+    def append_available(self, txids: list[int], timestamps_ms: list[int], flags: int = 0) -> int:
+        """`append` of each new, newest AVAILABLE message with `flags`, without priority or
+        expiry column, in bulk; return the first slot."""
         assert self.priority is None
         assert self.expire_at_ms is None
         assert txids
@@ -109,7 +109,7 @@ class MessageTable:
         extend(self.timestamp_ms, timestamps_ms)
         zeros = bytes(count)
         extend(self.state, zeros)  # AVAILABLE
-        extend(self.flags, zeros)
+        extend(self.flags, bytes((flags,)) * count if flags else zeros)
         extend(self.delivery_count, zeros)
         extend(self.cancel_count, zeros)
         extend(self.lease_sub, array("i", [-1]) * count)

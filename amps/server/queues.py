@@ -349,6 +349,17 @@ class QueueDriver:
         """Durable publishes (one group commit's worth) as one engine step."""
         if self.replica is not None:
             here = self.instance.name
+            if self.reads_heads and not any(r.expiration_s for r in records):
+                # Columns, no event per message (the replica's bulk path, as below).
+                wall_us = self.instance.wall_us()
+                replicated = self.replica.published_plain(
+                    [r.txid for r in records], [r.publisher_id for r in records],
+                    [r.seq for r in records],
+                    _stamps_ms([r.timestamp_us for r in records], wall_us, now_ms),
+                    [r.origin_instance or here for r in records], now_ms,
+                )  # fmt: skip
+                self.run(replicated, now_ms, recovering=recovering)
+                return
             events: list[MessagePublished] = []
             origins: list[str] = []
             for record in records:

@@ -3,6 +3,9 @@ expired here, and move in and out with `OwnershipMoved`."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from amps.queue import (
     Acked,
     MessagePublished,
@@ -12,6 +15,7 @@ from amps.queue import (
     RecordRemoval,
     Unsubscribed,
 )
+from amps.queue import Action as EngineAction
 from tests.unit.queue.helpers import PUBLISHER, delivered, subscribed
 
 
@@ -69,3 +73,47 @@ def test_giving_up_an_inactive_message_activates_up_to_it() -> None:
     assert (stats.depth, stats.inactive_count) == (3, 1)  # A4: 1 and 2 active, 3 moved away
     assert engine.owned_elsewhere_count() == 1
     engine.check_invariants()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_publishing_owned_elsewhere_in_bulk_equals_one_event_each(data: st.DataObject) -> None:
+    """`publish_plain(..., elsewhere=True)` (a peer's copy of the owner's messages, R2)
+    decides as one `MessagePublished(elsewhere=True)` each does, with or without a queue
+    Expiration, as the messages move here and are delivered, acked and expired."""
+    policy = QueuePolicy(
+        max_per_subscription_backlog=3,
+        expiration_ms=data.draw(st.sampled_from([None, 200])),
+        lease_period_ms=100,
+    )
+    bulk, each = QueueEngine(policy), QueueEngine(policy)
+    now_ms = 0
+    txid = 0
+    for engine in (bulk, each):
+        engine.handle(subscribed("s", "c", 3), now_ms)
+    for _ in range(data.draw(st.integers(1, 25))):
+        kind = data.draw(st.sampled_from(["publish", "publish", "take", "ack", "tick"]))
+        got: list[list[EngineAction]] = []
+        if kind == "publish":
+            first = txid + 1
+            txid += data.draw(st.integers(1, 8))
+            rows = range(first, txid + 1)
+            stamp = now_ms - data.draw(st.sampled_from([0, 0, 250]))
+            got.append(bulk.publish_plain(
+                list(rows), [PUBLISHER] * len(rows), list(rows), [stamp] * len(rows), now_ms,
+                elsewhere=True,
+            ))  # fmt: skip
+            got.append(each.handle_many([elsewhere(t, stamp) for t in rows], now_ms))
+        elif kind == "take":
+            moved = OwnershipMoved((PUBLISHER, data.draw(st.integers(1, txid + 1))), True)
+            got = [engine.handle(moved, now_ms) for engine in (bulk, each)]
+        elif kind == "ack":
+            acked = Acked("c", [(PUBLISHER, data.draw(st.integers(1, txid + 1)))])
+            got = [engine.handle(acked, now_ms) for engine in (bulk, each)]
+        else:
+            now_ms += data.draw(st.sampled_from([1, 120, 300]))
+            got = [engine.on_deadline(now_ms) for engine in (bulk, each)]
+        assert got[0] == got[1], kind
+        bulk.check_invariants()
+    assert bulk.snapshot() == each.snapshot()
+    assert bulk.statistics(now_ms) == each.statistics(now_ms)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amps.queue import QueuePolicy, RemovalReason
-from replication.ownership import OwnershipState
+from amps.queue import MessagePublished, QueueEngine, QueuePolicy, RemovalReason, Subscribed
+from replication.ownership import OwnershipRecord, OwnershipState, TransferKind
+from replication.queue_replica import QueueReplica, ReplicaOptions
 from tests.unit.replication.replica_cluster import LATENCY, ReplicaCluster
 
 
@@ -304,3 +305,63 @@ def test_an_owner_that_grants_is_asked_sooner_and_one_that_refuses_later() -> No
     assert estimates.estimates_ms()["a"] == 2 * waited
     assert cluster.nodes["c"].replica.statistics().requests_unanswered == 1
     cluster.check()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_publishing_columns_equals_one_event_each(data: st.DataObject) -> None:
+    """`published_plain` (the server's path for a step's publishes, in bulk when one owner
+    takes them all) decides as `published` with one event per message does, on the owner and
+    on a peer holding the copy, with grants that came first, acks before the message, re-offers
+    and mixed origins."""
+    kind = data.draw(st.sampled_from(["Queue", "GroupLocalQueue"]))
+    options = ReplicaOptions(
+        kind=kind,
+        initial_owner=data.draw(st.sampled_from(["a", "b"])) if kind == "GroupLocalQueue" else None,
+        request_timeout_ms=50,
+        latency=LATENCY,
+    )
+    policy = QueuePolicy(max_per_subscription_backlog=3)
+    bulk, each = (QueueReplica("b", QueueEngine(policy), options) for _ in range(2))
+    now_ms, txid, seq = 1, 0, 0
+    for _ in range(data.draw(st.integers(1, 20))):
+        step = data.draw(
+            st.sampled_from(["publish", "publish", "sub", "peer_ack", "record", "tick"])
+        )
+        if step == "publish":
+            rows = []
+            for _ in range(data.draw(st.integers(1, 6))):
+                txid += 1
+                if data.draw(st.booleans()) or not seq:
+                    seq += 1
+                rows.append((txid, 7, seq - data.draw(st.sampled_from([0, 0, 0, 1])), now_ms))
+            origins = [data.draw(st.sampled_from(["a", "a", "b"])) for _ in rows]
+            columns = [list(column) for column in zip(*rows, strict=True)]
+            got = [
+                bulk.published_plain(*columns, origins, now_ms),
+                each.published([MessagePublished(*row) for row in rows], origins, now_ms),
+            ]
+        elif step == "sub":
+            event = Subscribed("s", "c", data.draw(st.integers(1, 3)))
+            got = [r.handle(event, now_ms) for r in (bulk, each)]
+        elif step == "peer_ack":
+            key = (7, data.draw(st.integers(1, seq + 2)))
+            got = [r.removed_by_peer([key], now_ms) for r in (bulk, each)]
+        elif step == "record":
+            key = (7, data.draw(st.integers(1, seq + 2)))
+            record = OwnershipRecord(
+                key, TransferKind.GRANT, "a", "b", data.draw(st.integers(1, 2))
+            )
+            got = [r.ownership_recorded(record, now_ms) for r in (bulk, each)]
+        else:
+            now_ms += data.draw(st.sampled_from([1, 20, 60]))
+            got = [r.on_deadline(now_ms) for r in (bulk, each)]
+        assert got[0] == got[1], step
+        bulk.check_invariants()
+        # The messages waiting to be asked for, in order, with their arrival (R4).
+        assert list(bulk._waiting.items()) == list(each._waiting.items())
+    assert bulk.statistics() == each.statistics()
+    assert bulk.engine.snapshot() == each.engine.snapshot()
+    for key in [(7, s) for s in range(1, seq + 2)]:
+        assert bulk.state_of(key) == each.state_of(key)
+        assert bulk.ownership.owner_of(key) == each.ownership.owner_of(key)
