@@ -294,7 +294,9 @@ def catch_up(messages: int) -> None:
 
 def link_costs(count: int) -> None:
     """Per-record costs of a link's steps in-process, on one journal per side, same run."""
+    from amps.log import codec
     from amps.log.journal import Journal
+    from amps.publishing import PublishingCore
     from amps.v1 import replication_pb2 as pb
     from replication.convert import from_pb, to_pb
     from replication.frames import Batch
@@ -341,14 +343,32 @@ def link_costs(count: int) -> None:
                 lambda: [to_pb(b, sender.frames).SerializeToString() for b in batches],
             )
             assert isinstance(wire, list)
-            received = timed("decode", lambda: [from_pb(pb.LinkFrame.FromString(w)) for w in wire])
+            # What the receiver does now: check the batch, build no record (ReceivedFrames).
+            received = timed(
+                "receive (checked, no records)",
+                lambda: [from_pb(pb.LinkFrame.FromString(w)) for w in wire],
+            )
             assert isinstance(received, list)
+            decoded = timed(
+                "decode into records",
+                lambda: [tuple(codec.decode(b.records.data)[0]) for b in received],
+            )
+            assert isinstance(decoded, list)
+
+            def as_frames() -> None:
+                frames = journal(f"frames{len(opened)}")
+                opened.append(frames)
+                publishing: PublishingCore[str] = PublishingCore("frames", frames.marks)
+                for batch in received:
+                    frames.append_received(
+                        batch.records, publishing.admit_received(batch.records.heads)
+                    )
 
             def one_at_a_time() -> None:
                 one = journal(f"one{len(opened)}")
                 opened.append(one)
-                for batch in received:
-                    for r in batch.records:
+                for records in decoded:
+                    for r in records:
                         one.append_publish(
                             topic=r.topic, data=r.data, publisher_id=r.publisher_id,
                             seq=r.seq, timestamp_us=r.timestamp_us,
@@ -360,11 +380,12 @@ def link_costs(count: int) -> None:
             def per_batch() -> None:
                 bulk = journal(f"bulk{len(opened)}")
                 opened.append(bulk)
-                for batch in received:
-                    bulk.append_replicated(batch.records)
+                for records in decoded:
+                    bulk.append_replicated(records)
 
-            timed("append, one at a time", one_at_a_time)
-            timed("append, per batch", per_batch)
+            timed("append records, one at a time", one_at_a_time)
+            timed("append records, per batch", per_batch)
+            timed("append as frames, de-duplicated (the receiver now)", as_frames)
             for j in opened:
                 await j.close()
             print(
