@@ -69,7 +69,6 @@ __all__ = [
     "frame_length",
     "new_publish",
     "peek_payload",
-    "record_frames",
     "restamp",
     "restamp_publishes",
 ]
@@ -438,14 +437,19 @@ recovery reads of it (`decode_heads`)."""
 
 
 def decode(
-    buf: bytes, offset: int = 0, end: int | None = None, limit: int | None = None
+    buf: bytes,
+    offset: int = 0,
+    end: int | None = None,
+    limit: int | None = None,
+    frames: dict[int, bytes] | None = None,
 ) -> tuple[list[Record], int]:
     """Decode complete frames from `offset` (at most `limit`); return them and the offset reached.
 
     The offset reached stops before an incomplete frame at the end. Damage raises CorruptRecord
-    whose `offset` is the damaged frame's offset in `buf`.
+    whose `offset` is the damaged frame's offset in `buf`. With `frames`, each record's frame
+    is put there by txid as it is decoded (a link ships publishes as read).
     """
-    return _decode(buf, offset, end, limit, heads=False)  # type: ignore[return-value]
+    return _decode(buf, offset, end, limit, heads=False, frames=frames)  # type: ignore[return-value]
 
 
 def decode_heads(
@@ -457,7 +461,13 @@ def decode_heads(
 
 
 def _decode(
-    buf: bytes, offset: int, end: int | None, limit: int | None, *, heads: bool
+    buf: bytes,
+    offset: int,
+    end: int | None,
+    limit: int | None,
+    *,
+    heads: bool,
+    frames: dict[int, bytes] | None = None,
 ) -> tuple[list[Record | PublishHead], int]:
     stop = len(buf) if end is None else end
     records: list[Record | PublishHead] = []
@@ -510,11 +520,16 @@ def _decode(
                 )  # fmt: skip
                 rec.__class__ = PublishRecord  # type: ignore[assignment]
                 append(rec)  # type: ignore[arg-type]
+                if frames is not None:
+                    frames[txid] = buf[offset:stop_at]
             elif buf[start] in CONTROL_KINDS:
                 decode_control(buf[start:stop_at])
                 remaining += 1  # not a record: does not count against the limit
             else:
-                append(_decode_at(buf, start, stop_at))
+                record = _decode_at(buf, start, stop_at)
+                append(record)
+                if frames is not None:
+                    frames[record.txid] = buf[offset:stop_at]
         except UnicodeDecodeError as exc:
             raise CorruptRecord(f"malformed record payload: {exc}", offset=offset) from None
         except CorruptRecord as exc:
@@ -523,20 +538,6 @@ def _decode(
     if offset < stop and remaining != 0:
         frame_length(buf, offset, stop)  # a partial header must at least start with the magic
     return records, offset
-
-
-def record_frames(buf: bytes, end: int) -> list[bytes]:
-    """The frames of the records in buf[:end], control frames left out: one per record that
-    `decode` returned for the same bytes (which checked them), in the same order."""
-    frames: list[bytes] = []
-    unpack_header = HEADER.unpack_from
-    offset = 0
-    while offset < end:
-        stop = offset + HEADER_SIZE_BYTES + unpack_header(buf, offset)[2]
-        if buf[offset + HEADER_SIZE_BYTES] not in CONTROL_KINDS:
-            frames.append(buf[offset:stop])
-        offset = stop
-    return frames
 
 
 # The frame header and a publish's fixed fields, unpacked in one call (every kind starts with

@@ -124,11 +124,13 @@ class SegmentReader:
         average = segment.size_bytes // max(1, segment.record_count)
         size = max(MIN_READ_BYTES, left * average + average)
         pread = self._file(segment.first_txid).pread
-        decode = codec.decode_heads if heads else codec.decode
         while left > 0:
             chunk = pread(size, offset)
             try:
-                records, consumed = decode(chunk, 0, len(chunk), left)
+                if heads:
+                    records, consumed = codec.decode_heads(chunk, 0, len(chunk), left)
+                else:  # each record's frame into `frames` as it is decoded (no second pass)
+                    records, consumed = codec.decode(chunk, 0, len(chunk), left, frames)  # type: ignore[assignment]
             except CorruptRecord as exc:
                 raise located(exc, segment.first_txid, offset) from None
             if not consumed:
@@ -137,11 +139,6 @@ class SegmentReader:
                 size *= 2  # one frame longer than the read
                 continue
             left -= len(records)
-            if frames is not None:
-                for record, frame in zip(
-                    records, codec.record_frames(chunk, consumed), strict=True
-                ):
-                    frames[record.txid] = frame  # type: ignore[union-attr]
             if skip:
                 dropped = min(skip, len(records))
                 records = records[dropped:]
