@@ -42,10 +42,12 @@ from amps.queue.snapshot_codec import (
     encode_snapshot,
 )
 from replication.ownership import (
+    STATE_CODES,
     MessageKey,
     Ownership,
     OwnershipRecord,
     OwnershipSnapshot,
+    OwnershipState,
     TransferKind,
 )
 from replication.queue_replica import QueueReplica, ReplicaOptions
@@ -59,6 +61,11 @@ _I64 = struct.Struct("<q")
 _EARLY = struct.Struct("<QQBHHq")  # publisher id, seq, kind, by, owner, epoch
 _DEFERRED = struct.Struct("<QQq")  # publisher id, seq, txid of the record that logged it
 _KINDS = (TransferKind.GRANT, TransferKind.CLAIM)
+_ELSEWHERE_CODE = STATE_CODES.index(OwnershipState.OWNED_ELSEWHERE)
+_SAME_STATE = {
+    code: _ELSEWHERE_CODE if state is OwnershipState.GRANTED else code
+    for code, state in enumerate(STATE_CODES)
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +137,29 @@ def restore(
         here, snap.ownership, request_timeout_ms=options.request_timeout_ms
     )
     return QueueReplica.restored(here, engine, options, ownership, snap.queue, now_ms)
+
+
+def recovered_view(replica: QueueReplica) -> tuple[object, ...]:
+    """What a restart must rebuild, to compare a restore with a replay (tests, simulation):
+    the engine's messages (which owned elsewhere, which barriers) and the keys of its deferred
+    acks (their expiry counts from when each was read, live or replayed), each message's
+    ownership state, owner and epoch, the early records, the removed keys, and the glue's
+    bookmarks and waiting messages (requests in flight aside: never logged). GRANTED counts
+    as OWNED_ELSEWHERE: a live instance that asks for a message it granted away forgets that
+    it granted it (REQUESTED, then OWNED_ELSEWHERE once unanswered), which a replay of its
+    grant does not; the two differ only in whether a proxy answers a request for it (R7)."""
+    replica.check_invariants()
+    queue = replica.engine.snapshot()
+    own = replica.ownership.snapshot()
+    rows = zip(own.publisher_ids, own.seqs, own.states, own.owners, own.epochs, strict=True)
+    waiting = {**replica._waiting, **replica._asked}
+    return (
+        list(queue.txids), queue.bookmark_of(), queue.barrier_flags, queue.elsewhere_flags,
+        [d[:2] for d in queue.deferred_acks], queue.high_water_txid,
+        {(p, s): (_SAME_STATE[state], own.names[o], e) for p, s, state, o, e in rows},
+        {r.key: r for r in own.early}, set(own.removed), replica._key_of,
+        {key: value[0] for key, value in waiting.items()},
+    )  # fmt: skip
 
 
 def is_replica_snapshot(data: bytes) -> bool:

@@ -303,7 +303,13 @@ class QueueEngine:
             state.give_up_ownership(slot)
             return
         state.take_ownership(slot)
-        if table.state[slot] == AVAILABLE and state.expire_at_ms(slot) <= now_ms:
+        # While the log is replayed no time-driven work is done (Q16): a later record may ack
+        # it; the live step after the replay expires it, with its record and dead letter.
+        if (
+            table.state[slot] == AVAILABLE
+            and not state.deadlines_deferred
+            and state.expire_at_ms(slot) <= now_ms
+        ):
             state.remove(slot, RemovalReason.EXPIRED, actions, ExpireReason.TIME_LIMIT)
 
     def _on_subscribed(self, event: Subscribed, now_ms: int, actions: list[Action]) -> None:

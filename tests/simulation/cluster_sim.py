@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from amps.config.model import DestinationConfig, ReplicationTransportConfig
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record, TransferRecord
 from amps.publishing import persisted_through
+from replication import queue_snapshot
 from replication.frames import Heartbeat
 from replication.frames import TransferRequest as RequestFrame
 from replication.link_core import (
@@ -223,6 +224,11 @@ class Instance:
                     assert restored == whole, (
                         f"{self.name} restored {key} of {name} from its snapshot as "
                         f"{restored}, replaying the log gives {whole}"
+                    )
+                if queue.spec.replicated:  # and the rest: ownership states, early records,
+                    view = queue_snapshot.recovered_view  # removed keys, waiting messages
+                    assert view(queue.replica) == view(replayed.replica), (
+                        f"{self.name} restored {name} from its snapshot unlike a replay"
                     )
 
     def store_snapshots(self, now_ms: int) -> None:

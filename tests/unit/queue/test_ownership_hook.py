@@ -48,6 +48,21 @@ def test_only_the_owner_expires() -> None:
     engine.check_invariants()
 
 
+def test_taken_while_the_log_is_replayed_is_expired_by_the_live_step_after() -> None:
+    """Q16: a grant replayed to here for a message past its time removes nothing during the
+    replay (a later record may ack it); the live step after the replay expires it."""
+    engine = QueueEngine(QueuePolicy(expiration_ms=10))
+    engine.handle(elsewhere(1), 0)
+    engine.defer_deadlines(True)
+    assert engine.handle(OwnershipMoved((PUBLISHER, 1), owned_here=True), 100) == []
+    assert engine.txid_of((PUBLISHER, 1)) == 1
+    engine.defer_deadlines(False)
+    (removal,) = [a for a in engine.on_deadline(100) if isinstance(a, RecordRemoval)]
+    assert removal.txid == 1
+    assert engine.txid_of((PUBLISHER, 1)) is None
+    engine.check_invariants()
+
+
 def test_given_up_while_leased_stays_for_its_owner_when_the_lease_ends() -> None:
     engine = QueueEngine(QueuePolicy(max_deliveries=1))
     engine.handle(subscribed("s", "c"), 0)

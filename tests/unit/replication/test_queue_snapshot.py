@@ -145,26 +145,7 @@ def replay(replica: QueueReplica, entries: list[Entry], now_ms: int) -> None:
     engine.defer_deadlines(False)
 
 
-def state(replica: QueueReplica) -> tuple[object, ...]:
-    """Everything a restart must rebuild: the engine's messages (which owned elsewhere) and
-    deferred acks (their expiry counts from when they were read, live or replayed), each
-    message's ownership state, owner and epoch, the early records, the removed keys, and the
-    glue's bookmarks and waiting messages."""
-    replica.check_invariants()
-    queue = replica.engine.snapshot()
-    own = replica.ownership.snapshot()
-    entries = {
-        (p, s): (st_code, own.names[o], e)
-        for p, s, st_code, o, e in zip(
-            own.publisher_ids, own.seqs, own.states, own.owners, own.epochs, strict=True
-        )
-    }
-    return (
-        list(queue.txids), queue.bookmark_of(), queue.barrier_flags,
-        queue.elsewhere_flags, [d[:2] for d in queue.deferred_acks], queue.high_water_txid,
-        entries, {r.key: r for r in own.early}, set(own.removed),
-        replica._key_of, {k: v[0] for k, v in replica._waiting.items()},
-    )  # fmt: skip
+state = queue_snapshot.recovered_view
 
 
 policies = st.sampled_from(
