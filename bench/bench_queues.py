@@ -84,11 +84,25 @@ def queue_instance(prefix: str, extra: str | None = None) -> Iterator[InstancePr
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def queue_stats(admin_port: int, timeout_s: float = 10.0) -> dict[str, Any]:
+def queue_stats(
+    admin_port: int, timeout_s: float = 10.0, *, patience_s: float = 0.0
+) -> dict[str, Any]:
+    """The queue's admin statistics. With `patience_s`, a poll that times out is asked again
+    until that long has passed (an instance busy with a snapshot of a million messages on a
+    loaded machine may not answer within `timeout_s`): the wait is printed, not fatal."""
     url = f"http://127.0.0.1:{admin_port}/amps/instance/queues/{QUEUE}.json"
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        stats: dict[str, Any] = orjson.loads(response.read())
-    return stats
+    started = time.monotonic()
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as response:
+                stats: dict[str, Any] = orjson.loads(response.read())
+        except TimeoutError:
+            waited = time.monotonic() - started
+            if waited > patience_s:
+                raise
+            print(f"  (admin poll unanswered for {waited:.0f} s; asking again)", flush=True)
+            continue
+        return stats
 
 
 def wait_stat(admin_port: int, key: str, target: int, timeout_s: float = PHASE_TIMEOUT_S,
@@ -96,7 +110,7 @@ def wait_stat(admin_port: int, key: str, target: int, timeout_s: float = PHASE_T
     """Poll the queue's `key` until it is >= target; return the monotonic time it was seen."""
     deadline = time.monotonic() + timeout_s
     while True:
-        value = queue_stats(admin_port)[key]
+        value = queue_stats(admin_port, patience_s=120)[key]
         now = time.monotonic()
         if value >= target:
             return now
@@ -502,7 +516,7 @@ def ack_messages(instance: InstanceProcess, count: int, hold_first: bool) -> flo
     with workers() as group:
         ready, stop = SPAWN.Barrier(2), SPAWN.Event()
         group.start("acker", "acker", instance.address, "q-acker", count, hold_first, ready, stop)
-        before = queue_stats(instance.admin_port)["acked_count"]
+        before = queue_stats(instance.admin_port, patience_s=120)["acked_count"]
         ready.wait(60)
         started = time.monotonic()
         done = wait_stat(instance.admin_port, "acked_count", before + count, every_s=0.05)
@@ -533,7 +547,7 @@ def restart_pinned(instance: InstanceProcess) -> None:
 
 def measure_restart(instance: InstanceProcess, label: str) -> None:
     """SIGKILL, start again on the same ports; time to first delivery and to the full depth."""
-    expected = queue_stats(instance.admin_port)["queue_depth"]
+    expected = queue_stats(instance.admin_port, patience_s=120)["queue_depth"]
     snapshot = stored_snapshot_txid(instance)
     last_txid = journal_txid(instance)
     seen: dict[str, float] = {}

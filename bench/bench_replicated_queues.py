@@ -15,7 +15,8 @@ run. Prints; asserts nothing. The machine is shared: read the ratios.
    published on a and half on b (two origins), a quarter acked on each instance (half in all),
    a killed at once and restarted: process start -> first delivery on a, and -> a's depth
    correct; beside the same for one instance with N queued and half acked (bench_queues's
-   restart). A replicated queue replays the log from its low water and restores no snapshot.
+   restart). Both restore their queue snapshot (the replicated one with its ownership) and
+   replay the log after it; the line says how many records and where the snapshot stood.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def run(
 def wait_depth(admin_port: int, target: int) -> None:
     """Poll the queue's depth until it is at most `target` (peers' acks arrive asynchronously)."""
     deadline = time.monotonic() + PHASE_TIMEOUT_S
-    while queue_stats(admin_port)["queue_depth"] > target:
+    while queue_stats(admin_port, patience_s=120)["queue_depth"] > target:
         if time.monotonic() > deadline:
             raise TimeoutError(f"queue depth still above {target:,}")
         time.sleep(0.05)
