@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
-from typing import Literal
+from typing import Literal, cast
 
 from amps.queue import (
     Acked,
@@ -351,12 +351,17 @@ class QueueReplica:
             # snapshot of the live messages) and would take the removal for an early ack.
             state_of = self.ownership.state_of
             keys = [key for key in keys if state_of(key) is not OwnershipState.REMOVED]
-        self._removed_silently(keys, now_ms, sample=True)
-        events = [
-            MessageRemoved(reason, bookmark=key, expire_reasons=expire_reasons) for key in keys
-        ]
+        txids = self._removed_silently(keys, now_ms, sample=True)
+        if txids and None not in txids:  # all here (the usual): by txid, in one pass
+            found = cast("list[int]", txids)
+            actions = self.engine.remove_recovered(found, reason, expire_reasons, now_ms)
+        else:  # by bookmark: an ack for a message not here yet is deferred
+            events = [
+                MessageRemoved(reason, bookmark=key, expire_reasons=expire_reasons) for key in keys
+            ]
+            actions = self.engine.handle_many(events, now_ms)
         out: list[ReplicaAction] = []
-        self._engine_actions(self.engine.handle_many(events, now_ms), now_ms, out)
+        self._engine_actions(actions, now_ms, out)
         self._request_waiting(now_ms, out)
         return out
 
@@ -494,24 +499,36 @@ class QueueReplica:
 
     def _removed_silently(
         self, keys: list[MessageKey], now_ms: int, *, sample: bool = False
-    ) -> None:
+    ) -> list[int | None]:
         """Messages that leave without a record of this instance's own: the machine forgets
-        them; a peer's ack of one that waited here is a latency sample (R4)."""
+        them; a peer's ack of one that waited here is a latency sample (R4). Returns each
+        one's txid in the queue here, or None (none at all without ownership)."""
         if not self.tracks_ownership:
-            return
+            return []
         engine = self.engine
+        found: list[int | None] = []
         for key in keys:
-            waited = self._asked.pop(key, None) or self._waiting.pop(key, None)
+            asked = self._asked.pop(key, None)
+            if asked is not None and sample:
+                # It left elsewhere while we asked: the owner kept it for its own consumer
+                # (a refusal, learned before the request times out).
+                owner = self.ownership.owner_of(key)
+                if owner is not None:
+                    self.latencies.of(owner[0]).refused()
+            waited = asked or self._waiting.pop(key, None)
             if waited is not None and waited[2]:
                 latency = self.latencies.of(waited[2])
                 if sample:
                     latency.acked(key, now_ms)
                 else:
                     latency.forget(key)
-            txid = engine.txid_of(key)
+            # A waiting or asked-for message is in the queue under the txid it waits with.
+            txid = engine.txid_of(key) if waited is None else waited[0]
             if txid is not None:
                 self._key_of.pop(txid, None)
+            found.append(txid)
             self.ownership.remove(key)
+        return found
 
     def _engine_actions(
         self, actions: list[EngineAction], now_ms: int, out: list[ReplicaAction]

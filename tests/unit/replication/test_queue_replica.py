@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amps.queue import MessagePublished, QueueEngine, QueuePolicy, RemovalReason, Subscribed
-from replication.ownership import OwnershipRecord, OwnershipState, TransferKind
-from replication.queue_replica import QueueReplica, ReplicaOptions
+from amps.queue import (
+    ExpireReason,
+    MessagePublished,
+    MessageRemoved,
+    QueueEngine,
+    QueuePolicy,
+    RemovalReason,
+    Subscribed,
+)
+from replication.ownership import MessageKey, OwnershipRecord, OwnershipState, TransferKind
+from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
 from tests.unit.replication.replica_cluster import LATENCY, ReplicaCluster
 
 
@@ -307,13 +317,32 @@ def test_an_owner_that_grants_is_asked_sooner_and_one_that_refuses_later() -> No
     cluster.check()
 
 
+class _OneEventEach(QueueReplica):
+    """The reference: a peer's removal applied as one `MessageRemoved` by bookmark each."""
+
+    def removed_by_peer(
+        self,
+        bookmarks: Iterable[MessageKey],
+        now_ms: int,
+        reason: RemovalReason = RemovalReason.ACKED,
+        expire_reasons: ExpireReason = ExpireReason.TIME_LIMIT,
+    ) -> list[ReplicaAction]:
+        keys = [k for k in bookmarks if self.state_of(k) is not OwnershipState.REMOVED]
+        self._removed_silently(keys, now_ms, sample=True)
+        events = [MessageRemoved(reason, bookmark=k, expire_reasons=expire_reasons) for k in keys]
+        out: list[ReplicaAction] = []
+        self._engine_actions(self.engine.handle_many(events, now_ms), now_ms, out)
+        self._request_waiting(now_ms, out)
+        return out
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_publishing_columns_equals_one_event_each(data: st.DataObject) -> None:
     """`published_plain` (the server's path for a step's publishes, in bulk when one owner
     takes them all) decides as `published` with one event per message does, on the owner and
     on a peer holding the copy, with grants that came first, acks before the message, re-offers
-    and mixed origins."""
+    and mixed origins; and a peer's removals by txid in one pass as by bookmark one each."""
     kind = data.draw(st.sampled_from(["Queue", "GroupLocalQueue"]))
     options = ReplicaOptions(
         kind=kind,
@@ -322,7 +351,8 @@ def test_publishing_columns_equals_one_event_each(data: st.DataObject) -> None:
         latency=LATENCY,
     )
     policy = QueuePolicy(max_per_subscription_backlog=3)
-    bulk, each = (QueueReplica("b", QueueEngine(policy), options) for _ in range(2))
+    bulk = QueueReplica("b", QueueEngine(policy), options)
+    each = _OneEventEach("b", QueueEngine(policy), options)
     now_ms, txid, seq = 1, 0, 0
     for _ in range(data.draw(st.integers(1, 20))):
         step = data.draw(
@@ -345,8 +375,10 @@ def test_publishing_columns_equals_one_event_each(data: st.DataObject) -> None:
             event = Subscribed("s", "c", data.draw(st.integers(1, 3)))
             got = [r.handle(event, now_ms) for r in (bulk, each)]
         elif step == "peer_ack":
-            key = (7, data.draw(st.integers(1, seq + 2)))
-            got = [r.removed_by_peer([key], now_ms) for r in (bulk, each)]
+            keys = [
+                (7, data.draw(st.integers(1, seq + 2))) for _ in range(data.draw(st.integers(1, 3)))
+            ]
+            got = [r.removed_by_peer(keys, now_ms) for r in (bulk, each)]
         elif step == "record":
             key = (7, data.draw(st.integers(1, seq + 2)))
             record = OwnershipRecord(
@@ -365,3 +397,30 @@ def test_publishing_columns_equals_one_event_each(data: st.DataObject) -> None:
     for key in [(7, s) for s in range(1, seq + 2)]:
         assert bulk.state_of(key) == each.state_of(key)
         assert bulk.ownership.owner_of(key) == each.ownership.owner_of(key)
+
+
+def test_a_message_acked_elsewhere_while_asked_for_counts_as_refused() -> None:
+    """R4: the owner's own consumer took a message we asked for (its ack reached us before
+    our request timed out): the wait for that owner goes back up at once."""
+    cluster = ReplicaCluster()
+    cluster.subscribe("c")
+    first = cluster.publish("a")
+    cluster.flush()
+    cluster.tick(LATENCY.default_ms + 1)
+    cluster.flush()
+    assert cluster.holders(first) == ["c"]
+    estimates = cluster.nodes["c"].replica.latencies
+    lowered = estimates.estimates_ms()["a"]
+    assert lowered < LATENCY.default_ms
+    cluster.subscribe("a")
+    second = cluster.publish("a")
+    cluster.flush()
+    assert cluster.holders(second) == ["a"]
+    cluster.tick(lowered + 1)  # c asks; a refuses (its subscriber holds it)
+    cluster.flush()
+    assert cluster.nodes["c"].replica.state_of(second) is OwnershipState.REQUESTED
+    cluster.ack("a", second)
+    cluster.flush()
+    assert estimates.estimates_ms()["a"] == 2 * lowered
+    assert cluster.nodes["c"].replica.statistics().requests_unanswered == 0
+    cluster.check()
