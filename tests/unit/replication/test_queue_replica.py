@@ -284,17 +284,24 @@ def test_the_latency_estimate_learns_from_peers_acks_of_waiting_messages() -> No
     cluster.check()
 
 
-def test_an_owner_that_grants_is_asked_sooner_and_one_that_refuses_later() -> None:
-    """R4, R5: after a grant (the owner had no taker) the next message is asked for before the
-    default has passed; once the owner's own subscriber takes its messages and a request goes
-    unanswered, the wait goes back up to the typical time."""
+def _granted_once() -> ReplicaCluster:
+    """Owner a without consumers, c with one: a's first message moves to c after the default
+    wait, by a granted request."""
     cluster = ReplicaCluster()
     cluster.subscribe("c")
     first = cluster.publish("a")
     cluster.flush()
     cluster.tick(LATENCY.default_ms + 1)
     cluster.flush()
-    assert cluster.holders(first) == ["c"]  # asked after the default, granted
+    assert cluster.holders(first) == ["c"]
+    return cluster
+
+
+def test_an_owner_that_grants_is_asked_sooner_and_one_that_refuses_later() -> None:
+    """R4, R5: after a grant (the owner had no taker) the next message is asked for before the
+    default has passed; once the owner's own subscriber takes its messages and a request goes
+    unanswered, the wait goes back up to the typical time."""
+    cluster = _granted_once()
     estimates = cluster.nodes["c"].replica.latencies
     assert estimates.estimates_ms() == {"a": LATENCY.default_ms // 2}
     second = cluster.publish("a")
@@ -402,13 +409,7 @@ def test_publishing_columns_equals_one_event_each(data: st.DataObject) -> None:
 def test_a_message_acked_elsewhere_while_asked_for_counts_as_refused() -> None:
     """R4: the owner's own consumer took a message we asked for (its ack reached us before
     our request timed out): the wait for that owner goes back up at once."""
-    cluster = ReplicaCluster()
-    cluster.subscribe("c")
-    first = cluster.publish("a")
-    cluster.flush()
-    cluster.tick(LATENCY.default_ms + 1)
-    cluster.flush()
-    assert cluster.holders(first) == ["c"]
+    cluster = _granted_once()
     estimates = cluster.nodes["c"].replica.latencies
     lowered = estimates.estimates_ms()["a"]
     assert lowered < LATENCY.default_ms
