@@ -161,6 +161,29 @@ def _strings(arr: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> pa.
         return None
 
 
+def _same_names(
+    arr: npt.NDArray[np.uint8], topic_at: Int64s, lt: Int64s, loi: Int64s, log: Int64s
+) -> tuple[pa.Array, pa.Array] | None:
+    """(topics, origins) when every publish has the same topic, origin and origin group (the
+    three lie side by side: one gather, one comparison); None otherwise, or if one of them is
+    not UTF-8 (the caller's per-field path then decides)."""
+    lt0, loi0, log0 = int(lt[0]), int(loi[0]), int(log[0])
+    width = lt0 + loi0 + log0
+    if not width or (lt != lt0).any() or (loi != loi0).any() or (log != log0).any():
+        return None
+    rows = _gather(arr, topic_at, width)
+    if not (rows == rows[0]).all():
+        return None
+    first = rows[0].tobytes()
+    try:
+        topic, origin = first[:lt0].decode(), first[lt0 : lt0 + loi0].decode()
+        first[lt0 + loi0 :].decode()
+    except UnicodeDecodeError:
+        return None
+    n = len(topic_at)
+    return pa.repeat(pa.scalar(topic, pa.string()), n), pa.repeat(pa.scalar(origin, pa.string()), n)
+
+
 _INLINE = 12  # a binary-view value this long or shorter is held in its view, not referenced
 
 
@@ -213,9 +236,14 @@ def _publishes(
     data_at = corr_at + lc
     if (data_at > stops).any():
         return None
-    topics = _strings(arr, topic_at, lt)
-    origins = _strings(arr, origin_at, loi)
-    groups = _strings(arr, origin_at + loi, log)  # checked as codec checks it; not a column
+    names = _same_names(arr, topic_at, lt, loi, log)
+    if names is not None:
+        topics, origins = names
+        groups: pa.Array | None = origins  # checked by _same_names; not a column
+    else:
+        topics = _strings(arr, topic_at, lt)
+        origins = _strings(arr, origin_at, loi)
+        groups = _strings(arr, origin_at + loi, log)  # checked as codec checks it
     if lc.any():
         correlations = _strings(arr, corr_at, lc)
         if correlations is not None:
