@@ -20,6 +20,7 @@ which says precisely what is wrong. Control frames are checked by `codec.decode_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import google_crc32c
 import numpy as np
@@ -47,7 +48,6 @@ _PREFIX_DTYPE = np.dtype([("kind", "u1"), ("txid", "<u8")])
 _KIND_PUBLISH = int(RecordKind.PUBLISH)
 _CONTROL_KINDS = np.array(sorted(codec.CONTROL_KINDS), np.uint8)
 _crc = google_crc32c.value
-_NULL_STRING = pa.scalar(None, pa.string())
 
 Int64s = npt.NDArray[np.int64]
 
@@ -136,16 +136,19 @@ def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
     return None if batch is None else Decoded(batch, int(stops[-1]), next_txid)
 
 
-def _strings(arr: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> pa.Array | None:
-    """The UTF-8 strings at `starts` as an Arrow string array; None if one is not UTF-8."""
+def _strings(
+    arr: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s, valid: pa.Buffer | None = None
+) -> pa.Array | None:
+    """The UTF-8 strings at `starts` as an Arrow string array (null where `valid`, a validity
+    bitmap, says so); None if one is not UTF-8."""
     n = len(starts)
     width = int(lengths[0])
-    if (lengths == width).all():
+    if valid is None and (lengths == width).all():
         # Names repeat (a topic, an origin): all alike is one comparison, and one string.
         rows = _gather(arr, starts, width)
         if (rows == rows[0]).all():
             try:
-                return pa.repeat(pa.scalar(rows[0].tobytes().decode(), pa.string()), n)
+                return _repeated(rows[0].tobytes().decode(), n)
             except UnicodeDecodeError:
                 return None
     offsets = np.zeros(n + 1, np.int32)
@@ -153,12 +156,53 @@ def _strings(arr: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> pa.
     total = int(offsets[-1])
     index = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
     raw = pa.Array.from_buffers(
-        pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(arr[index])]
+        pa.binary(), n, [valid, pa.py_buffer(offsets), pa.py_buffer(arr[index])]
     )
     try:
         return raw.cast(pa.string())
     except pa.ArrowInvalid:
         return None
+
+
+# Arrays are built from buffers here, never by pa.array or pa.scalar: those import pandas (about
+# a second of CPU in each fresh Spark Python worker) to check whether their input is a pandas
+# object.
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    """`text` n times, as an Arrow string array."""
+    raw = text.encode()
+    offsets = np.arange(0, len(raw) * (n + 1), len(raw), dtype=np.int32) if raw else None
+    if offsets is None:
+        offsets = np.zeros(n + 1, np.int32)
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)]
+    )
+
+
+def texts(values: list[str]) -> pa.Array:
+    """Python strings as an Arrow string array."""
+    raw = [value.encode() for value in values]
+    offsets = np.zeros(len(raw) + 1, np.int32)
+    np.cumsum([len(r) for r in raw], out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.string(), len(raw), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))]
+    )
+
+
+def _numbers(values: npt.NDArray[Any], kind: pa.DataType) -> pa.Array:
+    """A numpy array as an Arrow array of `kind` (of the same width), without a copy."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+# `publisher|seq|` (scalars taken from arrays: pa.scalar imports pandas).
+_EMPTY, _BAR = _repeated("", 1)[0], _repeated("|", 1)[0]
+
+
+def _bitmap(mask: npt.NDArray[np.bool_]) -> pa.Buffer:
+    """A validity bitmap (Arrow's bit order) of a boolean mask."""
+    return pa.py_buffer(np.packbits(mask, bitorder="little"))
 
 
 def _same_names(
@@ -181,7 +225,7 @@ def _same_names(
     except UnicodeDecodeError:
         return None
     n = len(topic_at)
-    return pa.repeat(pa.scalar(topic, pa.string()), n), pa.repeat(pa.scalar(origin, pa.string()), n)
+    return _repeated(topic, n), _repeated(origin, n)
 
 
 _INLINE = 12  # a binary-view value this long or shorter is held in its view, not referenced
@@ -245,28 +289,26 @@ def _publishes(
         origins = _strings(arr, origin_at, loi)
         groups = _strings(arr, origin_at + loi, log)  # checked as codec checks it
     if lc.any():
-        correlations = _strings(arr, corr_at, lc)
-        if correlations is not None:
-            correlations = pc.if_else(pa.array(lc > 0), correlations, _NULL_STRING)
+        correlations = _strings(arr, corr_at, lc, _bitmap(lc > 0))
     else:
         correlations = pa.nulls(n, pa.string())
     if topics is None or origins is None or groups is None or correlations is None:
         return None
     data = _binary(chunk, arr, data_at, stops - data_at)
-    publishers = pa.array(np.ascontiguousarray(fixed["pub"])).cast(pa.string())
-    seqs = pa.array(fixed["seq"].astype(np.int64))
+    publishers = _numbers(fixed["pub"], pa.uint64()).cast(pa.string())
+    seqs = _numbers(fixed["seq"].astype(np.int64), pa.int64())
     columns = [
         topics,
-        pc.binary_join_element_wise(publishers, seqs.cast(pa.string()), "", "|"),
-        pa.array(fixed["txid"].astype(np.int64)),
-        pa.array(fixed["ts"].astype(np.int64)).cast(TIMESTAMP),
+        pc.binary_join_element_wise(publishers, seqs.cast(pa.string()), _EMPTY, _BAR),
+        _numbers(fixed["txid"].astype(np.int64), pa.int64()),
+        _numbers(fixed["ts"].astype(np.int64), TIMESTAMP),
         data,
         publishers,
         seqs,
         origins,
-        pa.array(fixed["otx"].astype(np.int64)),
+        _numbers(fixed["otx"].astype(np.int64), pa.int64()),
         correlations,
-        pa.repeat("publish", n).cast(pa.string()),
+        _repeated("publish", n),
     ]
     columns += [
         pa.nulls(n, ARROW_SCHEMA.field(i).type) for i in range(len(columns), len(ARROW_SCHEMA))

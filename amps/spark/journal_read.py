@@ -146,7 +146,7 @@ def _topic_mask(topic: str) -> Callable[[pa.Array], pa.Array] | None:
 
     def mask(topics: pa.Array) -> pa.Array:
         distinct = pc.unique(topics).to_pylist()
-        return pc.is_in(topics, pa.array([t for t in distinct if matcher.matches(t)], pa.string()))
+        return pc.is_in(topics, columns.texts([t for t in distinct if matcher.matches(t)]))
 
     return mask
 

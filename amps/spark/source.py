@@ -4,7 +4,9 @@
 it replays a running instance or cluster; `spark.readStream` follows it live, its offsets being
 positions per origin instance; `df.write` / `df.writeStream` publish exactly once
 (amps.spark.sink).
-The classes here are thin: planning and reading live in journal_read, server_read and sink.
+The classes here are thin: planning and reading live in journal_read, server_read and sink,
+imported where they are used: a Spark Python worker that plans a journal read imports no gRPC
+client, one that reads it no server code.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from amps.spark import require_spark
 
 require_spark()
 
+import sys  # noqa: E402
 from collections.abc import Iterator, Sequence  # noqa: E402
 from dataclasses import asdict  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
 from pyspark import TaskContext  # noqa: E402
@@ -31,7 +34,9 @@ from pyspark.sql.datasource import (  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
 from amps.errors import InvalidOptions  # noqa: E402
-from amps.spark import journal_read, server_read, sink  # noqa: E402
+
+if TYPE_CHECKING:
+    from amps.spark import sink
 from amps.spark.options import ReadOptions, servers  # noqa: E402
 from amps.spark.rows import SCHEMA_DDL  # noqa: E402
 
@@ -67,6 +72,8 @@ class AmpsDataSource(DataSource):
         return _StreamWriter(self._sink_options(schema, overwrite))
 
     def _sink_options(self, schema: StructType, overwrite: bool) -> sink.SinkOptions:
+        from amps.spark import sink
+
         if overwrite:
             raise InvalidOptions("a topic is append-only: use mode('append')")
         options = sink.SinkOptions.parse(dict(self.options), _default_publisher(self.options))
@@ -93,7 +100,11 @@ class _BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.servers:
+            from amps.spark import server_read
+
             return [InputPartition(p) for p in server_read.plan(self.servers, self.options)]
+        from amps.spark import journal_read
+
         return [InputPartition(p) for p in journal_read.plan(self.path, self.options)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -102,9 +113,11 @@ class _BatchReader(DataSourceReader):
 
 def _read(partition: InputPartition, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     piece = partition.value
-    if isinstance(piece, journal_read.JournalPiece):
-        return journal_read.read(piece, options)
-    return server_read.read(piece, options)
+    # The piece's own module (journal_read or server_read) reads it: unpickling the piece
+    # imported that module, and only that one.
+    read: Any = sys.modules[type(piece).__module__].read
+    batches: Iterator[pa.RecordBatch] = read(piece, options)
+    return batches
 
 
 class _StreamReader(DataSourceStreamReader):
@@ -116,6 +129,8 @@ class _StreamReader(DataSourceStreamReader):
         self.options = options
 
     def initialOffset(self) -> dict[str, Any]:
+        from amps.spark import server_read
+
         start = self.options.start.strip() or "now"
         if start in ("0", "epoch"):
             return server_read.Positions().offset()
@@ -126,10 +141,14 @@ class _StreamReader(DataSourceStreamReader):
         raise InvalidOptions(f"option from={start!r}: a stream starts at 0 (epoch) or now")
 
     def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
+        from amps.spark import server_read
+
         since = server_read.Positions.from_offset(start)
         return server_read.probe(self.servers, self.options.topic, since).offset()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        from amps.spark import server_read
+
         return [
             InputPartition(piece)
             for piece in server_read.pieces(
@@ -151,6 +170,8 @@ class _Writer(DataSourceArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from amps.spark import sink
+
         return _commit(sink.write(self.options, _partition(), None, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -162,6 +183,8 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from amps.spark import sink
+
         context = TaskContext.get()
         batch_id = None if context is None else context.getLocalProperty(sink.BATCH_ID_PROPERTY)
         if batch_id is None:
