@@ -47,9 +47,9 @@ def _timed(action: Any) -> tuple[Any, float]:
     return result, time.perf_counter() - started
 
 
-def _tree_cpu_s(root: int) -> float:
-    """user+sys CPU seconds of `root` and every process under it (Spark's JVM, its Python
-    workers), with what their reaped children used: what a query cost, whatever the load."""
+def _tree_ticks(root: int) -> dict[int, int]:
+    """Per process, `root` and every process under it (Spark's JVM, its Python workers), the
+    CPU clock ticks it used (user and system, with its reaped children's)."""
     parents: dict[int, int] = {}
     ticks: dict[int, int] = {}
     for entry in os.scandir("/proc"):
@@ -62,21 +62,24 @@ def _tree_cpu_s(root: int) -> float:
         fields = stat[stat.rindex(")") + 2 :].split()
         parents[int(entry.name)] = int(fields[1])
         ticks[int(entry.name)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    total = 0
+    mine: dict[int, int] = {}
     for pid, used in ticks.items():
         ancestor = pid
         while ancestor > 1 and ancestor != root:
             ancestor = parents.get(ancestor, 0)
         if ancestor == root:
-            total += used
-    return total / os.sysconf("SC_CLK_TCK")
+            mine[pid] = used
+    return mine
 
 
 def _timed_cpu(action: Any) -> tuple[Any, float, float]:
-    """(result, wall seconds, CPU seconds of this process tree)."""
-    cpu = _tree_cpu_s(os.getpid())
+    """(result, wall seconds, CPU seconds of this process tree): what a query cost, whatever
+    the machine's load. A process that ended meanwhile counts only if its parent reaped it."""
+    before = _tree_ticks(os.getpid())
     result, seconds = _timed(action)
-    return result, seconds, _tree_cpu_s(os.getpid()) - cpu
+    after = _tree_ticks(os.getpid())
+    used = sum(max(0, t - before.get(pid, 0)) for pid, t in after.items())
+    return result, seconds, used / os.sysconf("SC_CLK_TCK")
 
 
 async def _publish(address: str, topic: str, rows: int) -> None:
@@ -219,12 +222,18 @@ def bench_reads(spark: Any, rows: int) -> None:
                   f"ceiling {least:.2f} us ({least / ours:.2f}x); per-record decode "
                   f"{old:.2f} us ({least / old:.2f}x)", flush=True)  # fmt: skip
 
-        replay = asyncio.run(_replay_rate(instance.address, "bench", rows))
+        replay, _, replay_cpu = _timed_cpu(
+            lambda: asyncio.run(_replay_rate(instance.address, "bench", rows))
+        )
         server = spark.read.format("amps").option("server", instance.address)
-        s_count, s_seconds = _timed(lambda: server.option("topic", "bench").load().count())
+        s_count, s_seconds, s_cpu = _timed_cpu(
+            lambda: server.option("topic", "bench").load().count()
+        )
         served = _rate(s_count, s_seconds)
         print(f"server read: {served:,.0f} rows/s against the client's epoch replay "
-              f"{replay:,.0f} msg/s ({served / replay:.2f}x)", flush=True)  # fmt: skip
+              f"{replay:,.0f} msg/s ({served / replay:.2f}x); CPU per row (instance, Spark, "
+              f"client) {s_cpu * 1e6 / s_count:.2f} us against {replay_cpu * 1e6 / rows:.2f} us "
+              f"({replay_cpu / rows / (s_cpu / s_count):.2f}x)", flush=True)  # fmt: skip
 
 
 def bench_sink(spark: Any, rows: int) -> None:
