@@ -172,9 +172,7 @@ def _strings(
 def _repeated(text: str, n: int) -> pa.Array:
     """`text` n times, as an Arrow string array."""
     raw = text.encode()
-    offsets = np.arange(0, len(raw) * (n + 1), len(raw), dtype=np.int32) if raw else None
-    if offsets is None:
-        offsets = np.zeros(n + 1, np.int32)
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
     return pa.Array.from_buffers(
         pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)]
     )

@@ -34,11 +34,11 @@ from pyspark.sql.datasource import (  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
 from amps.errors import InvalidOptions  # noqa: E402
+from amps.spark.options import ReadOptions, servers  # noqa: E402
+from amps.spark.rows import SCHEMA_DDL  # noqa: E402
 
 if TYPE_CHECKING:
     from amps.spark import sink
-from amps.spark.options import ReadOptions, servers  # noqa: E402
-from amps.spark.rows import SCHEMA_DDL  # noqa: E402
 
 
 class AmpsDataSource(DataSource):
