@@ -47,13 +47,17 @@ class OriginPositions:
                 origins = last[record.topic] = {}
             origins[record.origin_instance] = (record.origin_txid, record.txid)
 
-    def positions(self, matches: Callable[[str], bool], start_txid: int) -> dict[str, int]:
+    def positions(
+        self, matches: Callable[[str], bool], start_txid: int, literal: str | None = None
+    ) -> dict[str, int]:
         """Per origin, the origin txid of its last publish to a matching topic at or after
-        local txid `start_txid` (call `load` first)."""
+        local txid `start_txid` (call `load` first). A `literal` topic is looked up rather
+        than every topic matched (a stream probes every trigger)."""
         assert self.loaded, "OriginPositions.load has not run"
         out: dict[str, int] = {}
-        for topic, origins in self._last.items():
-            if not matches(topic):
+        topics = self._last.items() if literal is None else [(literal, self._last.get(literal))]
+        for topic, origins in topics:
+            if origins is None or not matches(topic):
                 continue
             for origin, (origin_txid, txid) in origins.items():
                 if txid >= start_txid and origin_txid > out.get(origin, 0):

@@ -17,6 +17,7 @@ from amps.log import codec
 from amps.log.raw import RawReader
 from amps.server.convert import failure_ack, success_ack
 from amps.server.outbox import MAX_FRAME_MESSAGES
+from amps.server.topics import LiteralTopic
 from amps.server.wire import DeliveryEncoder
 from amps.v1 import client_pb2 as pb
 
@@ -74,7 +75,9 @@ async def _positions(instance: Instance, subscription: Subscription, start_txid:
     known = instance.origin_positions
     await known.load(instance.journal, instance.holds)
     # No await from here on: the positions and dispatched_txid advance together.
-    origins = known.positions(subscription.topic.matches, start_txid)
+    matcher = subscription.topic
+    literal = matcher.text if isinstance(matcher, LiteralTopic) else None
+    origins = known.positions(matcher.matches, start_txid, literal)
     _send_completed(subscription, instance.dispatched_txid, origins)
     subscription.cancel_replay = None  # this task is ending already
     instance.remove_subscription(subscription)

@@ -25,3 +25,5 @@ def test_each_origins_last_publish_of_the_matching_topics_from_a_start() -> None
     # From txid 4 on, topic a has only y's publish: x's last one there came before.
     assert known.positions(lambda topic: topic == "a", 4) == {"y": 41}
     assert known.positions(lambda topic: topic == "c", 1) == {}
+    assert known.positions(lambda topic: topic == "a", 1, literal="a") == {"x": 3, "y": 41}
+    assert known.positions(lambda topic: topic == "c", 1, literal="c") == {}
