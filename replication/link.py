@@ -59,9 +59,11 @@ from replication.topology import Topology
 if TYPE_CHECKING:
     from amps.config import Config
     from amps.config.model import TlsConfig
+    from amps.log.journal import Journal
     from amps.metrics import ReplicationSnapshot
     from amps.server.hops import HopStatistics
     from amps.server.instance import Instance
+    from amps.server.record_cache import RecordCache
 
 log = logging.getLogger("amps.replication")
 
@@ -110,6 +112,14 @@ class _Session:
         self.written: deque[tuple[int, int]] = deque(maxlen=MAX_TIMED)
 
 
+class _Dispatched(Protocol):
+    """The instance as the links' log view reads it."""
+
+    journal: Journal
+    records: RecordCache
+    dispatched_txid: int
+
+
 class _CachedLog:
     """The links' view of the log: recent durable publishes straight from the instance's record
     cache (no read, no decode: the usual case for a link that keeps up), the journal else.
@@ -119,7 +129,8 @@ class _CachedLog:
     (`Journal.keep_frames`), then what the last reads brought in (bounded by bytes).
     """
 
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: _Dispatched) -> None:
+        self._instance = instance
         self._journal = instance.journal
         self._records = instance.records.records
         self.read_frames: dict[int, bytes] = {}
@@ -132,11 +143,19 @@ class _CachedLog:
 
     @property
     def durable_txid(self) -> int:
-        return self._journal.durable_txid
+        # What the instance has dispatched, not what the journal has made durable: between a
+        # commit's fsync and its dispatch the records are durable but not yet in the record
+        # cache, and a link stepped then (by a peer's ack) would read them from disk, decoding
+        # what the cache holds a moment later. The dispatch steps the links (log_advanced).
+        return min(self._instance.dispatched_txid, self._journal.durable_txid)
 
     def read(self, from_txid: int, max_records: int) -> list[Record]:
         records = self._records
-        upper = min(self._journal.durable_txid, from_txid + max_records - 1)
+        durable = self.durable_txid
+        if from_txid > durable:
+            return []
+        max_records = min(max_records, durable - from_txid + 1)
+        upper = from_txid + max_records - 1
         out: list[Record] = []
         for txid in range(from_txid, upper + 1):
             record = records.get(txid)
