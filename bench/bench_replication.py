@@ -501,9 +501,11 @@ def main() -> None:
 
 def publish_rates(messages: int) -> None:
     """Item 1: durable publish, alone and with one sync / one async destination."""
-    with temp_instance("alone") as alone:
-        rate_alone = publish_rate(alone.address, messages, "alone")
     cpu: dict[str, str] = {}
+    with temp_instance("alone") as alone:
+        before_alone = cpu_times_s(alone)
+        rate_alone = publish_rate(alone.address, messages, "alone")
+        cpu["alone"] = _per_record_us(before_alone, cpu_times_s(alone), messages)
     rates: dict[str, float] = {}
     for kind in ("sync", "async"):
         with pair(sync=kind == "sync") as running:
@@ -522,8 +524,8 @@ def publish_rates(messages: int) -> None:
     print(
         f"durable publish, 1 client: alone {rate_alone:,.0f} msg/s; one sync destination "
         f"{rate_sync:,.0f} msg/s ({rate_sync / rate_alone:.2f}x); one async destination "
-        f"{rate_async:,.0f} msg/s ({rate_async / rate_alone:.2f}x); CPU per message: sync "
-        f"{cpu['sync']}; async {cpu['async']}",
+        f"{rate_async:,.0f} msg/s ({rate_async / rate_alone:.2f}x); CPU per message: alone "
+        f"{cpu['alone']}; sync {cpu['sync']}; async {cpu['async']}",
         flush=True,
     )
 

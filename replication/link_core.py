@@ -541,15 +541,20 @@ class LinkCore:
             chosen: list[Record] = []
             size_bytes = 0
             through = self._cursor - 1
+            wants, max_batch_bytes = route.wants, limits.max_batch_bytes
             for record in records:
-                if size_bytes >= limits.max_batch_bytes:
+                if size_bytes >= max_batch_bytes:
                     break
                 through = record.txid
-                if route.wants(record):
+                if not wants(record):
+                    continue
+                if type(record) is PublishRecord:
+                    size_bytes += len(record.data)
+                else:
                     if isinstance(record, QueueRecord):
                         record = self._by_bookmark(record)
-                    chosen.append(record)
-                    size_bytes += len(record.data) if isinstance(record, PublishRecord) else 64
+                    size_bytes += 64
+                chosen.append(record)
             self._cursor = through + 1
             if chosen:
                 batch = Batch(self._next_batch_id, through, tuple(chosen))

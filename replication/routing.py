@@ -65,6 +65,7 @@ class Route:
             _TopicRule(t.name, _compile(t.filter) if t.filter else None) for t in destination.topics
         )
         self._topic_cache: dict[str, tuple[_TopicRule, ...]] = {}
+        self._topic_verdicts: dict[str, bool | tuple[Filter, ...]] = {}
         self.digest = Digest(
             sends=True,
             topics=tuple(
@@ -75,6 +76,15 @@ class Route:
 
     def wants(self, record: Record) -> bool:
         """Whether `record` (from this instance's log) goes to the destination."""
+        if type(record) is PublishRecord:  # the usual case first: one look-up per topic
+            if not self._origin_allows(record):
+                return False
+            verdict = self._topic_verdicts.get(record.topic)
+            if verdict is None:
+                verdict = self._topic_verdict(record.topic)
+            if type(verdict) is bool:
+                return verdict
+            return any(_matches(flt, record) for flt in verdict)
         if isinstance(record, (QueueRecord, TransferRecord)):
             return (
                 (isinstance(record, TransferRecord) or record.action in REPLICATED_REMOVALS)
@@ -82,16 +92,7 @@ class Route:
                 and self._origin_allows(record)
                 and (not self._rules or bool(self._rules_for(record.queue)))
             )
-        if not isinstance(record, PublishRecord):
-            return False
-        if not self._origin_allows(record):
-            return False
-        if not self._rules:
-            return True
-        rules = self._rules_for(record.topic)
-        if not rules:
-            return False
-        return any(rule.filter is None or _matches(rule.filter, record) for rule in rules)
+        return False  # no other kind of record replicates
 
     def _origin_allows(self, record: Record) -> bool:
         origin = record.origin_instance
@@ -104,6 +105,21 @@ class Route:
         if pattern is None:
             return False
         return topic_matches(pattern, group)
+
+    def _topic_verdict(self, topic: str) -> bool | tuple[Filter, ...]:
+        """Rule 3 for a publish on `topic`: taken, not taken, or taken when a filter matches."""
+        verdict: bool | tuple[Filter, ...] = True  # no Topic elements: every topic
+        if self._rules:
+            rules = self._rules_for(topic)
+            filters = tuple(rule.filter for rule in rules if rule.filter is not None)
+            if not rules:
+                verdict = False
+            elif len(filters) == len(rules):
+                verdict = filters  # every matching Topic has a Filter: one of them must match
+        if len(self._topic_verdicts) > 10_000:
+            self._topic_verdicts.clear()
+        self._topic_verdicts[topic] = verdict
+        return verdict
 
     def _rules_for(self, topic: str) -> tuple[_TopicRule, ...]:
         rules = self._topic_cache.get(topic)
