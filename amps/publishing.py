@@ -171,20 +171,34 @@ class PublishingCore(Generic[Connection]):
         self.marks.advance(publisher_id, seq)
         return publisher_id, seq
 
-    def admit_replicated(self, records: Sequence[PublishRecord]) -> list[PublishRecord]:
+    def admit_replicated(
+        self, records: Sequence[PublishRecord], discarded: list[PublishRecord] | None = None
+    ) -> list[PublishRecord]:
         """The publishes of a peer's batch this log does not hold yet, in order (Rule 3: a
-        resend after a broken link, or a republish that reached two instances, is skipped)."""
+        resend after a broken link, or a republish that reached two instances, is skipped).
+        The skipped ones go to `discarded`: a replicated queue needs their origins (issue 9)."""
         claim = self.marks.claim
-        kept = [record for record in records if claim(record.publisher_id, record.seq)]
+        if discarded is None:
+            kept = [record for record in records if claim(record.publisher_id, record.seq)]
+        else:
+            kept = []
+            for record in records:
+                (kept if claim(record.publisher_id, record.seq) else discarded).append(record)
         self._duplicates += len(records) - len(kept)
         return kept
 
-    def admit_received(self, heads: Sequence[tuple[int, ...]]) -> list[int]:
+    def admit_received(
+        self, heads: Sequence[tuple[int, ...]], discarded: list[int] | None = None
+    ) -> list[int]:
         """`admit_replicated` over the fixed fields of a peer's publishes as received
-        (amps.log.received.Head: publisher id and seq at 6 and 7): the indices of the new ones."""
+        (amps.log.received.Head: publisher id and seq at 6 and 7): the indices of the new ones;
+        those of the skipped ones go to `discarded`."""
         claim = self.marks.claim
         kept = [index for index, head in enumerate(heads) if claim(head[6], head[7])]
-        self._duplicates += len(heads) - len(kept)
+        if len(kept) != len(heads):
+            self._duplicates += len(heads) - len(kept)
+            if discarded is not None:
+                discarded += sorted(set(range(len(heads))).difference(kept))
         return kept
 
     # -- Rule 4: persisted acks ----------------------------------------------------------------

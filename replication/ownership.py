@@ -11,7 +11,11 @@ Rule 3: every message has an owner and an epoch. The initial owner holds epoch 0
         one message the higher epoch wins on every instance, then the lower owner name, so all
         copies converge on one owner whatever order the records arrive in (seed 004's warning:
         a proxied claim racing a grant; the loser may already have delivered it: that duplicate
-        is the documented one).
+        is the documented one). A publisher that fails over republishes a message its dead
+        instance logged but had not acked, so two copies of one message may each have an
+        epoch-0 owner (their origins): every instance sees both (one is discarded as an L4
+        duplicate, whose origin the adapter reports), and an ORIGIN record (epoch 0, written
+        by and naming the lower origin) makes the lower name win there too, durably.
 Rule 4: the first-request rule (R5). The owner grants only the first request it receives while
         it owns the message, and only when the message is neither leased here nor takeable by a
         local subscriber. A refusal is silence and does not use the first request up; once it
@@ -63,6 +67,7 @@ class OwnershipState(Enum):
 class TransferKind(Enum):
     GRANT = "grant"  # the owner (or a proxy) gives the message to `owner`
     CLAIM = "claim"  # a proxy takes the message for itself (R7)
+    ORIGIN = "origin"  # a second epoch-0 owner: a copy published there too (issue 9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,7 +563,8 @@ class Ownership:
             raise OwnershipProtocolError(f"{self.here} cannot request message {key} from itself")
         if isinstance(event, OwnershipRecorded):
             record = event.record
-            if record.epoch < 1 or not record.owner or not record.by:
+            origin = record.kind is TransferKind.ORIGIN
+            if not record.owner or not record.by or (record.epoch < 1) != origin:
                 raise OwnershipProtocolError(f"malformed ownership record {record}")
         return state
 

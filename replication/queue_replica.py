@@ -72,6 +72,7 @@ from replication.ownership import (
     SendOwnership,
     SendTransferRequest,
     TakerWaiting,
+    TransferKind,
     TransferRequested,
     Withdraw,
 )
@@ -407,6 +408,19 @@ class QueueReplica:
         self._move(moves, now_ms, out)
         self._request_waiting(now_ms, out)
         return out
+
+    def republished(self, key: MessageKey, origin: str, now_ms: int) -> list[ReplicaAction]:
+        """A peer's copy of a message held here, published at `origin`, was discarded as a
+        duplicate (L4): a publisher failed over and republished it (issue 9). For a `Queue`
+        whose copy here has another epoch-0 owner, the lower origin name wins (ownership
+        Rule 3), written to the log first so recovery and snapshots rebuild the choice."""
+        if not self.tracks_ownership or self.options.kind != "Queue":
+            return []
+        current = self.ownership.owner_of(key)
+        if current is None or current[1] != 0 or origin >= current[0]:
+            return []  # removed, moved by a grant or claim, or the owner already wins
+        record = OwnershipRecord(key, TransferKind.ORIGIN, origin, origin, 0)
+        return [AppendOwnership(record), *self.ownership_recorded(record, now_ms)]
 
     def transfer_requested(
         self, key: MessageKey, requester: str, now_ms: int

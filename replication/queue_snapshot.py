@@ -60,7 +60,7 @@ _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _EARLY = struct.Struct("<QQBHHq")  # publisher id, seq, kind, by, owner, epoch
 _DEFERRED = struct.Struct("<QQq")  # publisher id, seq, txid of the record that logged it
-_KINDS = (TransferKind.GRANT, TransferKind.CLAIM)
+_KINDS = (TransferKind.GRANT, TransferKind.CLAIM, TransferKind.ORIGIN)  # codes: append only
 _ELSEWHERE_CODE = STATE_CODES.index(OwnershipState.OWNED_ELSEWHERE)
 _SAME_STATE = {
     code: _ELSEWHERE_CODE if state is OwnershipState.GRANTED else code

@@ -248,7 +248,10 @@ class Instance:
         self._commit_wanted.set()
 
     def _append_replicated_publishes(self, run: list[PublishRecord]) -> None:
-        fresh = self.publishing.admit_replicated(run)
+        discarded: list[PublishRecord] = []
+        fresh = self.publishing.admit_replicated(run, discarded)
+        if discarded:
+            self.queues.republished(discarded)
         if not fresh:
             return
         appended = self.journal.append_replicated(fresh)
@@ -261,7 +264,10 @@ class Instance:
             sizes[topic] = sizes.get(topic, 0) + len(record.data)
 
     def _append_received(self, frames: ReceivedFrames) -> None:
-        fresh = self.publishing.admit_received(frames.heads)
+        discarded: list[int] = []
+        fresh = self.publishing.admit_received(frames.heads, discarded)
+        if discarded:
+            self.queues.republished([frames.publish(index, 0, 0) for index in discarded])
         if not fresh:
             return
         run = self.journal.append_received(frames, fresh)

@@ -8,7 +8,7 @@ import logging
 import re
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +56,7 @@ class QueueManager:
         # again (no loop, nothing applied twice).
         self._record_marks: dict[tuple[str, str], int] = {}
         # Peers' records logged here, applied once durable (their log txid set), in order.
-        self._to_apply: list[tuple[QueueDriver, QueueRecord | TransferRecord]] = []
+        self._to_apply: list[tuple[QueueDriver, QueueRecord | TransferRecord | PublishRecord]] = []
 
     def __contains__(self, name: str) -> bool:
         return name in self.drivers
@@ -175,6 +175,19 @@ class QueueManager:
         if not self._to_apply:
             instance.when_durable(self._apply_durable)
         self._to_apply.append((driver, replace(record, txid=instance.journal.last_txid)))
+
+    def republished(self, copies: Sequence[PublishRecord]) -> None:
+        """Issue 9: peers' publishes discarded here as duplicates (L4) of copies logged here. A
+        replicated `Queue` hears their origins once its own copy reached it (after what was
+        appended so far is durable), and its lower origin wins (`QueueReplica.republished`)."""
+        instance = self.instance
+        for copy in copies:
+            driver = self.drivers.get(copy.topic)
+            if driver is None or driver.replica is None:
+                continue
+            if not self._to_apply:
+                instance.when_durable(self._apply_durable)
+            self._to_apply.append((driver, replace(copy, txid=instance.journal.last_txid)))
 
     def _apply_durable(self) -> None:
         """Apply the peers' records that are durable here now, one step per queue and run."""

@@ -470,8 +470,11 @@ class QueueDriver:
         and those of others)."""
         self.run(self._transfer_actions([record], now_ms), now_ms, recovering=recovering)
 
-    def apply_replicated(self, records: Sequence[QueueRecord | TransferRecord]) -> None:
-        """Peers' removals and ownership records, logged here and durable now, in one step."""
+    def apply_replicated(
+        self, records: Sequence[QueueRecord | TransferRecord | PublishRecord]
+    ) -> None:
+        """Peers' removals and ownership records, logged here and durable now, and the origins
+        of their publishes discarded as duplicates (issue 9), in one step."""
         now_ms = self.instance.now_ms()
         actions: list[ReplicaAction] = []
         transfers: list[TransferRecord] = []  # a run of them, applied in one replica step
@@ -482,6 +485,11 @@ class QueueDriver:
             if transfers:
                 actions += self._transfer_actions(transfers, now_ms)
                 transfers = []
+            if isinstance(record, PublishRecord):
+                if self.replica is not None:
+                    key = (record.publisher_id, record.seq)
+                    actions += self.replica.republished(key, record.origin_instance, now_ms)
+                continue
             actions += self._removal_actions(record, now_ms)
         if transfers:
             actions += self._transfer_actions(transfers, now_ms)

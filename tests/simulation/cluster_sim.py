@@ -246,6 +246,14 @@ class Instance:
                 return queue.applied(record, now_ms, local=local)
         return []
 
+    def republished(self, record: PublishRecord, now_ms: int) -> list[object]:
+        """A peer's publish discarded here as a duplicate (L4): its origin goes to the queue."""
+        for queue in self.queues.values():
+            if queue.holds(record):
+                key = (record.publisher_id, record.seq)
+                return queue.republished(key, record.origin_instance, now_ms)
+        return []
+
     def unreachable(self, now_ms: int) -> frozenset[str]:
         """R7: the instances nothing arrived from, by any path, within the interval."""
         interval = self.options.unreachable_after_ms
@@ -708,8 +716,11 @@ class Cluster:
         """The instance's one de-duplicating append path for a peer's records (L4, R9)."""
         for record in records:
             stamped = instance.disk.append_replicated(record)
+            now_ms = self.clock(instance)
             if stamped is not None:
-                self.perform(instance, instance.applied(stamped, self.clock(instance), local=False))
+                self.perform(instance, instance.applied(stamped, now_ms, local=False))
+            elif isinstance(record, PublishRecord):  # a republished copy's origin (issue 9)
+                self.perform(instance, instance.republished(record, now_ms))
 
     def route_request(self, instance: Instance, request: RequestFrame, came_from: str) -> None:
         """R4, R9: the link's own routing (`route_request`): to the owner when it is a ready

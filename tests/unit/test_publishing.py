@@ -256,3 +256,16 @@ class PublishingMachine(RuleBasedStateMachine):
 
 
 TestPublishingMachine = PublishingMachine.TestCase
+
+
+def test_discarded_replicated_publishes_are_handed_back_for_their_origins() -> None:
+    """Issue 9: a replicated queue needs the origin of a copy that L4 discarded."""
+    core = _core()
+    discarded: list[PublishRecord] = []
+    batch = [_replicated(7, 1), _replicated(7, 1), _replicated(7, 2)]
+    assert core.admit_replicated(batch, discarded) == [batch[0], batch[2]]
+    assert discarded == [batch[1]]
+    indices: list[int] = []
+    heads = [(0, 0, 0, 0, 0, 0, 7, 2), (0, 0, 0, 0, 0, 0, 7, 3), (0, 0, 0, 0, 0, 0, 7, 1)]
+    assert core.admit_received(heads, indices) == [1]
+    assert indices == [0, 2]

@@ -16,7 +16,13 @@ from amps.queue import (
     RemovalReason,
     Subscribed,
 )
-from replication.ownership import MessageKey, OwnershipRecord, OwnershipState, TransferKind
+from replication.ownership import (
+    AppendOwnership,
+    MessageKey,
+    OwnershipRecord,
+    OwnershipState,
+    TransferKind,
+)
 from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
 from tests.unit.replication.replica_cluster import LATENCY, ReplicaCluster
 
@@ -425,3 +431,48 @@ def test_a_message_acked_elsewhere_while_asked_for_counts_as_refused() -> None:
     assert estimates.estimates_ms()["a"] == 2 * lowered
     assert cluster.nodes["c"].replica.statistics().requests_unanswered == 0
     cluster.check()
+
+
+def _two_owners() -> tuple[QueueReplica, QueueReplica, tuple[int, int]]:
+    """A failover republish (issue 9): "b" logged the publisher's message as its own before
+    "a"'s copy (origin "a") reached it, so both own it at epoch 0 and deliver it."""
+    options = ReplicaOptions(kind="Queue")
+    a, b = (QueueReplica(n, QueueEngine(QueuePolicy()), options) for n in "ab")
+    key = (7, 1)
+    for replica, origin in ((a, "a"), (b, "b")):
+        replica.published([MessagePublished(1, *key, 1)], [origin], 1)
+    assert a.owned_here(key) and b.owned_here(key)
+    return a, b, key
+
+
+def test_a_failover_republish_from_another_origin_leaves_one_owner_by_the_lower_name() -> None:
+    a, b, key = _two_owners()
+    # each discards the other's copy as a duplicate (L4) and tells the queue its origin
+    assert a.republished(key, "b", 2) == []  # "a" < "b": nothing changes on the winner
+    out = b.republished(key, "a", 2)
+    record = OwnershipRecord(key, TransferKind.ORIGIN, "a", "a", 0)
+    assert out[0] == AppendOwnership(record)  # durable, so recovery and snapshots rebuild it
+    assert a.owned_here(key) and not b.owned_here(key)
+    assert b.ownership.owner_of(key) == ("a", 0)
+    assert b.republished(key, "c", 3) == []  # a higher name never wins
+    # the record replayed (recovery) or replicated leaves every instance with the same owner
+    c = QueueReplica("c", QueueEngine(QueuePolicy()), ReplicaOptions(kind="Queue"))
+    c.published([MessagePublished(1, *key, 1)], ["b"], 1)
+    c.ownership_recorded(record, 2)
+    assert c.ownership.owner_of(key) == ("a", 0)
+    a.ownership_recorded(record, 3)
+    assert a.owned_here(key)
+    for replica in (a, b, c):
+        replica.check_invariants()
+
+
+def test_a_republish_after_a_grant_or_in_a_group_local_queue_changes_nothing() -> None:
+    a, b, key = _two_owners()
+    b.ownership_recorded(OwnershipRecord(key, TransferKind.GRANT, "b", "c", 1), 2)
+    assert b.republished(key, "a", 3) == []  # epoch 1 beats any epoch-0 owner
+    group = QueueReplica(
+        "b", QueueEngine(QueuePolicy()), ReplicaOptions("GroupLocalQueue", initial_owner="b")
+    )
+    group.published([MessagePublished(1, *key, 1)], ["b"], 1)
+    assert group.republished(key, "a", 2) == []
+    assert group.owned_here(key)

@@ -32,3 +32,9 @@ def test_a_record_without_an_epoch_is_refused() -> None:
     old = TransferRecord(7, 1, "orders", Bookmark(1, 2), "amps-1", "amps-2", origin_instance="x")
     with pytest.raises(OwnershipProtocolError, match="no epoch"):
         from_log(old)
+
+
+def test_an_origin_record_survives_the_log() -> None:
+    record = OwnershipRecord((7, 1), TransferKind.ORIGIN, "amps-1", "amps-1", 0)
+    frame = codec.encode(to_log("orders", record, proxied=False))
+    assert from_log(codec.decode(frame)[0][0]) == record  # type: ignore[arg-type]
