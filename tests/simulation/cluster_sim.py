@@ -609,10 +609,10 @@ class Cluster:
         """The publisher's instance is down: connect to the first up sync destination of it
         and republish, in order, everything not acknowledged as persisted.
 
-        Not in the CI seeds: a `Queue` message that was durable on the dead instance but not
-        yet persisted-acked is then logged on two instances, each its origin, so each owns
-        it at epoch 0 and both deliver it; the copies never converge (L4 discards the other
-        copy unseen by the queue). `make sim FAILOVER=1 SEED=61` shows it."""
+        A `Queue` message that was durable on the dead instance but not yet persisted-acked
+        is then logged on two instances, each its origin, so each owns it at epoch 0 until
+        each instance hears of the other copy (`Instance.republished`) and the lower origin
+        wins (issue 9; seeds 12 and 61 found it)."""
         home = self.instances[publisher.home]
         up = [self.instances[n] for n in sorted(home.sync_to) if self.instances[n].up]
         if not up:

@@ -22,16 +22,19 @@ def test_ci_seeds_keep_every_invariant() -> None:
     crashes, cuts and partitions; with a Queue, a GroupLocalQueue and a LocalQueue, and in
     half the seeds sync destinations (a persisted ack only once each holds the message); a
     restart restores each replicated queue's stored snapshot and replays the log after it,
-    and the queue equals the one a replay of the whole log rebuilds (Q16)."""
+    and the queue equals the one a replay of the whole log rebuilds (Q16); publishers fail
+    over across sync destinations, and a republished message's two epoch-0 owners settle on
+    the lower origin everywhere (issue 9; seeds 12 and 61 found it)."""
     seen: Counter[str] = Counter()
     for seed in range(CI_SEEDS):
-        cluster = run_seed(seed)
+        cluster = run_seed(seed, SimOptions(failover=True))
         for instance in cluster.instances.values():
             for queue in instance.queues.values():
                 seen[f"{queue.name} transfers"] += queue.replica.statistics().transferred_in
             for record in instance.disk.records:
                 if isinstance(record, TransferRecord):
                     seen[f"{record.queue} records"] += 1
+                    seen["origin records"] += record.epoch == 0
                 mine = record.origin_instance == instance.name
                 if isinstance(record, QueueRecord) and mine:
                     seen[f"{record.queue} {record.action.name} on {instance.name}"] += 1
@@ -49,7 +52,8 @@ def test_ci_seeds_keep_every_invariant() -> None:
     assert seen["seeds with sync destinations"] > CI_SEEDS // 4  # hold persisted acks (L2),
     assert seen["crashes"] > CI_SEEDS // 2  # crash instances,
     assert seen["snapshot restores"] > CI_SEEDS // 2  # restart them from snapshots,
-    assert seen["dead letters"] > CI_SEEDS // 4  # and owners expire messages
+    assert seen["dead letters"] > CI_SEEDS // 4  # owners expire messages,
+    assert seen["origin records"] > 0  # and a failover republish had two owners to settle
 
 
 @pytest.mark.parametrize(
