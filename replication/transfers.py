@@ -18,13 +18,16 @@ from replication.ownership import OwnershipRecord, TransferKind
 def to_log(queue: str, record: OwnershipRecord, *, proxied: bool) -> TransferRecord:
     """The record to append (the journal assigns txid and timestamp)."""
     if record.kind is TransferKind.ORIGIN:
-        assert record.epoch == 0 and record.by == record.owner and not proxied
+        assert record.epoch == 0
+        assert record.by == record.owner
+        assert not proxied
     elif record.kind is TransferKind.CLAIM:
         assert record.epoch >= 1
         assert record.by == record.owner
         assert proxied
     else:
-        assert record.epoch >= 1 and record.by != record.owner
+        assert record.epoch >= 1
+        assert record.by != record.owner
     publisher_id, seq = record.key
     return TransferRecord(
         0, 0, queue, Bookmark(publisher_id, seq), record.by, record.owner, proxied,
@@ -38,7 +41,9 @@ def from_log(record: TransferRecord) -> OwnershipRecord:
     claim = record.from_instance == record.to_instance
     if record.epoch == 0 and claim and not record.proxied and record.from_instance:
         key = (record.bookmark.publisher_id, record.bookmark.seq)
-        return OwnershipRecord(key, TransferKind.ORIGIN, record.from_instance, record.to_instance, 0)
+        return OwnershipRecord(
+            key, TransferKind.ORIGIN, record.from_instance, record.from_instance, 0
+        )
     if record.epoch < 1 or not record.from_instance or not record.to_instance:
         raise OwnershipProtocolError(
             f"transfer record {record.txid} of queue {record.queue!r} from "

@@ -441,7 +441,8 @@ def _two_owners() -> tuple[QueueReplica, QueueReplica, tuple[int, int]]:
     key = (7, 1)
     for replica, origin in ((a, "a"), (b, "b")):
         replica.published([MessagePublished(1, *key, 1)], [origin], 1)
-    assert a.owned_here(key) and b.owned_here(key)
+    assert a.owned_here(key)
+    assert b.owned_here(key)
     return a, b, key
 
 
@@ -452,7 +453,8 @@ def test_a_failover_republish_from_another_origin_leaves_one_owner_by_the_lower_
     out = b.republished(key, "a", 2)
     record = OwnershipRecord(key, TransferKind.ORIGIN, "a", "a", 0)
     assert out[0] == AppendOwnership(record)  # durable, so recovery and snapshots rebuild it
-    assert a.owned_here(key) and not b.owned_here(key)
+    assert a.owned_here(key)
+    assert not b.owned_here(key)
     assert b.ownership.owner_of(key) == ("a", 0)
     assert b.republished(key, "c", 3) == []  # a higher name never wins
     # the record replayed (recovery) or replicated leaves every instance with the same owner
@@ -467,7 +469,7 @@ def test_a_failover_republish_from_another_origin_leaves_one_owner_by_the_lower_
 
 
 def test_a_republish_after_a_grant_or_in_a_group_local_queue_changes_nothing() -> None:
-    a, b, key = _two_owners()
+    _, b, key = _two_owners()
     b.ownership_recorded(OwnershipRecord(key, TransferKind.GRANT, "b", "c", 1), 2)
     assert b.republished(key, "a", 3) == []  # epoch 1 beats any epoch-0 owner
     group = QueueReplica(
