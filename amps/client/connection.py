@@ -307,13 +307,13 @@ class Connection:
             self._wake.set()
             if self._linger is not None and not self._linger.done():
                 self._linger.set_result(None)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(writer), grace_s)
+            # asyncio.wait, not wait_for: the reader may lose the link meanwhile and cancel
+            # the writer, which must not surface as a CancelledError from close().
+            await asyncio.wait({writer}, timeout=grace_s)
             if self.lost is None and self._call is not None:
                 with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError):
                     await self._call.done_writing()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(reader), grace_s)
+                await asyncio.wait({reader}, timeout=grace_s)
         self.lost = self.lost or ConnectionBroken("closed")
         for task in self._tasks:
             task.cancel()
