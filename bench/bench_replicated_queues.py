@@ -27,7 +27,7 @@ import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ from bench.bench_queues import (
     fill_and_sample,
     measure_restart,
     part,
+    pid_of,
+    process_cpu_s,
     publish_all,
     queue_instance,
     queue_stats,
@@ -47,6 +49,7 @@ from bench.bench_queues import (
 )
 from bench.common import percentile, rate
 from tests.harness.cluster import Cluster, Link, cluster
+from tests.harness.instance import InstanceProcess
 
 
 @contextlib.contextmanager
@@ -63,10 +66,18 @@ def replicated_pair() -> Iterator[Cluster]:
 
 
 def run(
-    publish_to: str, consumers: list[str], admin_port: int, total: int, per_s: float | None
+    publish_to: str,
+    consumers: list[str],
+    admin_port: int,
+    total: int,
+    per_s: float | None,
+    measured: Sequence[InstanceProcess] = (),
 ) -> tuple[float, dict[str, dict[str, Any]]]:
     """One publisher at `publish_to`, one consumer per address in `consumers` (backlog 100);
-    returns (seconds from the first publish to the owner's last ack seen, results)."""
+    returns (seconds from the first publish to the owner's last ack seen, results). With
+    `measured`, results["cpu"] holds each instance's CPU seconds (user + sys) from the start
+    to its queue being empty again (a peer applies the owner's acks a moment later), and
+    the consumers' CPU."""
     latency = per_s is not None
     warmup = int(per_s) if per_s is not None else 0
     with workers() as group:
@@ -77,11 +88,30 @@ def run(
                     ready, go)  # fmt: skip
         ready.wait(60)
         acked_before = queue_stats(admin_port)["acked_count"]
+        cpu = [process_cpu_s(pid_of(instance)) for instance in measured]
         go.set()
         done = wait_stat(admin_port, "acked_count", acked_before + total)
+        for i, instance in enumerate(measured):
+            wait_depth(instance.admin_port, 0)
+            cpu[i] = process_cpu_s(pid_of(instance)) - cpu[i]
         stop.set()
         got = group.collect(len(consumers) + 1)
+    got["cpu"] = {
+        "instances": cpu,
+        "consumers": sum(got[f"c{i}"]["cpu_s"] for i in range(len(consumers))),
+    }
     return done - got["pub"]["started"], got
+
+
+def cpu_line(got: dict[str, dict[str, Any]], names: list[str], total: int) -> str:
+    """Instances' and consumers' CPU per message of one run, in microseconds."""
+    cpu = got["cpu"]
+    parts = [f"{n} {s / total * 1e6:.0f}" for n, s in zip(names, cpu["instances"], strict=True)]
+    instances = sum(cpu["instances"]) / total * 1e6
+    consumers = cpu["consumers"] / total * 1e6
+    return (
+        f"CPU us/message: {', '.join(parts)} (instances {instances:.0f}), consumers {consumers:.0f}"
+    )
 
 
 def wait_depth(admin_port: int, target: int) -> None:
@@ -149,16 +179,23 @@ def main() -> None:
 def throughput(total: int, seconds: float) -> None:
     """Parts 1-4."""
     print(f"bench_replicated_queues: {total:,} messages of 1 KB per run", flush=True)
-    reference = 0.0
+    reference = reference_cpu = 0.0
     with part("single instance"), queue_instance("rq-single") as single:
-        took, _ = run(single.address, [single.address] * 4, single.admin_port, total, None)
+        took, got = run(
+            single.address, [single.address] * 4, single.admin_port, total, None, [single]
+        )
         reference = total / took
+        reference_cpu = sum(got["cpu"]["instances"])
         print(f"1. one instance, 4 consumers: {rate(total, took)} (the reference)", flush=True)
+        print(f"   {cpu_line(got, ['single'], total)}", flush=True)
     with part("replicated"), replicated_pair() as pair:
         a, b = pair["a"], pair["b"]
-        took, _ = run(a.address, [a.address] * 4, a.admin_port, total, None)
+        took, got = run(a.address, [a.address] * 4, a.admin_port, total, None, [a, b])
         print(f"2. sync peer, 4 consumers on the owner: {rate(total, took)}, "
               f"{total / took / reference:.2f}x the single instance", flush=True)  # fmt: skip
+        pair_cpu = sum(got["cpu"]["instances"])
+        print(f"   {cpu_line(got, ['a', 'b'], total)}; the pair's CPU "
+              f"{pair_cpu / reference_cpu:.2f}x the single instance's", flush=True)  # fmt: skip
         took, got = run(a.address, [a.address] * 2 + [b.address] * 2, a.admin_port, total, None)
         local = got["c0"]["count"] + got["c1"]["count"]
         print(f"3. 2 consumers on the owner, 2 on the peer: {rate(total, took)} "
