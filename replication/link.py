@@ -121,8 +121,9 @@ class _Dispatched(Protocol):
 
 
 class _CachedLog:
-    """The links' view of the log: recent durable publishes straight from the instance's record
-    cache (no read, no decode: the usual case for a link that keeps up), the journal else.
+    """The links' view of the log: recent durable records straight from the instance's record
+    cache (publishes, and the queue and transfer records appended here: no read, no decode, the
+    usual case for a link that keeps up), the journal else.
 
     `frames` holds each record's frame as the journal appended it or as read from disk, so a
     batch ships those bytes instead of encoding its records again: the journal's latest frames
@@ -133,6 +134,7 @@ class _CachedLog:
         self._instance = instance
         self._journal = instance.journal
         self._records = instance.records.records
+        self._others = instance.records.others
         self.read_frames: dict[int, bytes] = {}
         self._read_frames_bytes = 0
         self.frames = (self._journal.frames, self.read_frames)
@@ -157,10 +159,13 @@ class _CachedLog:
         max_records = min(max_records, durable - from_txid + 1)
         upper = from_txid + max_records - 1
         out: list[Record] = []
+        others = self._others
         for txid in range(from_txid, upper + 1):
-            record = records.get(txid)
+            record: Record | None = records.get(txid)
             if record is None:
-                break
+                record = others.get(txid)  # a queue or transfer record appended here
+                if record is None:
+                    break
             out.append(record)
         if out:
             return out  # a prefix is enough: the caller reads on from its end

@@ -12,7 +12,7 @@ from typing import Protocol
 from amps.config import Config
 from amps.expr import Message
 from amps.log.journal import Journal
-from amps.log.records import PublishRecord, Record
+from amps.log.records import PublishRecord, QueueRecord, TransferRecord
 from amps.server.hops import HopStatistics
 from amps.server.record_cache import RecordCache
 
@@ -45,7 +45,9 @@ class QueueHost(Protocol):
 
     def expr_message(self, record: PublishRecord) -> Message: ...
 
-    def append_record(self, record: Record, *, soon: bool = False) -> None: ...
+    def append_record(
+        self, record: QueueRecord | TransferRecord, *, soon: bool = False
+    ) -> None: ...
 
     def when_durable(self, callback: Callable[[], None]) -> None: ...
 

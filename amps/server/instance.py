@@ -20,7 +20,7 @@ from amps import __version__, errors
 from amps.expr import Message
 from amps.log.journal import Journal
 from amps.log.received import ReceivedFrames, ReceivedRun
-from amps.log.records import PublishRecord, Record
+from amps.log.records import PublishRecord, QueueRecord, Record, TransferRecord
 from amps.publishing import PublishingCore, check_client_name, persisted_through
 from amps.server.convert import success_ack
 from amps.server.damage import DamageLog
@@ -335,10 +335,12 @@ class Instance:
         self._count_publish(topic, len(data))
         self._commit_wanted.set()
 
-    def append_record(self, record: Record, *, soon: bool = False) -> None:
+    def append_record(self, record: QueueRecord | TransferRecord, *, soon: bool = False) -> None:
         """Append a queue or transfer record; a commit starts for it at once, or with `soon`
         the next commit covers it, started at most SOON_COMMIT_DELAY_S later."""
-        self.journal.append(record)
+        stamped = self.journal.append(record)
+        assert not isinstance(stamped, PublishRecord)
+        self.records.put_other(stamped)  # the links read it from memory once it is durable
         if not soon:
             self._commit_wanted.set()
             return

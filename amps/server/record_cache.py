@@ -16,6 +16,11 @@ A read stops before the oldest recent record (it is in memory already) and build
 publishes of the range (`SegmentReader.read_publishes`): queue removal records interleaved in
 the log are checked, not decoded.
 
+The replication links read every record in txid order, not only publishes: the newest queue
+and transfer records appended here are kept too (`others`, the last `max_other_records`), so a
+link that keeps up reads none of them back from the journal (a read from a removal record on
+decodes every publish after it again: a fifth of a sync peer's CPU with a replicated queue).
+
 Memory: at most `max_bytes` + `read_ahead_bytes` of payload plus ~RECORD_OVERHEAD_BYTES per
 record: 32 MiB + 4 MiB by default, whatever the number of queues or messages (one read brings
 at most half the read-ahead budget, or one message if it is larger).
@@ -33,7 +38,7 @@ from collections.abc import Callable
 
 from amps.errors import CorruptRecord
 from amps.log.journal import Journal
-from amps.log.records import PublishRecord
+from amps.log.records import PublishRecord, QueueRecord, TransferRecord
 
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_READ_AHEAD_BYTES = 4 * 1024 * 1024
@@ -43,6 +48,9 @@ READ_AHEAD_RECORDS = 256
 RECORD_OVERHEAD_BYTES = 300
 # Txids found damaged, remembered so a delivery retried later does not read the journal again.
 MAX_UNREADABLE = 4096
+# Queue and transfer records kept for the links: one per commit and queue or so (a removal
+# names a step's acks), a few KiB at most each.
+DEFAULT_MAX_OTHER_RECORDS = 2048
 
 
 class RecordCache:
@@ -54,6 +62,7 @@ class RecordCache:
         max_bytes: int = DEFAULT_MAX_BYTES,
         read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
         on_damage: Callable[[CorruptRecord, str], object] | None = None,
+        max_other_records: int = DEFAULT_MAX_OTHER_RECORDS,
     ) -> None:
         self._journal = journal
         self._on_damage = on_damage
@@ -67,6 +76,10 @@ class RecordCache:
         self.max_bytes = max_bytes
         self.read_ahead_bytes = read_ahead_bytes
         self.misses = 0
+        # txid -> the newest queue and transfer records appended here, oldest first.
+        self.others: dict[int, QueueRecord | TransferRecord] = {}
+        self._others_order: deque[int] = deque()
+        self.max_other_records = max_other_records
 
     def __len__(self) -> int:
         return len(self.records)
@@ -86,6 +99,14 @@ class RecordCache:
                 old = records.pop(order.popleft(), None)
                 if old is not None:
                     self._recent_bytes -= len(old.data) + RECORD_OVERHEAD_BYTES
+
+    def put_other(self, record: QueueRecord | TransferRecord) -> None:
+        """A queue or transfer record as appended (txid assigned), for the links."""
+        order = self._others_order
+        self.others[record.txid] = record
+        order.append(record.txid)
+        if len(order) > self.max_other_records:
+            self.others.pop(order.popleft(), None)
 
     def get(self, txid: int) -> PublishRecord | None:
         """The record, from memory or the journal; None if txid is not a publish."""

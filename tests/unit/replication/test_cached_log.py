@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from amps.log.bookmarks import Bookmark
 from amps.log.journal import Journal
-from amps.log.records import PublishRecord
+from amps.log.records import PublishRecord, QueueAction, QueueRecord, TransferRecord
 from amps.server.record_cache import RecordCache
 from replication.link import _CachedLog
 
@@ -40,4 +41,36 @@ async def test_records_durable_but_not_dispatched_are_not_yet_the_links(tmp_path
     assert view.durable_txid == 3
     assert view.read(1, 10) == appended
     assert not view.read_frames  # from the cache, not the disk
+    await journal.close()
+
+
+async def test_queue_records_between_publishes_are_read_from_memory(tmp_path: Path) -> None:
+    """A link reads every record in order; the queue and transfer records appended here come
+    from the cache too, not a journal read (which decodes the publishes after them again)."""
+    journal = Journal.open(tmp_path, instance_name="a", group="g")
+    journal.keep_frames(0)
+    instance = _Dispatching(journal, RecordCache(journal), dispatched_txid=0)
+    view = _CachedLog(instance)
+    first = journal.append_publish(topic="t", data=b"m1", publisher_id=1, seq=1, timestamp_us=1)
+    removal = journal.append(QueueRecord(0, 2, "q", QueueAction.ACK, txids=(1,)))
+    transfer = journal.append(TransferRecord(0, 3, "q", Bookmark(1, 1), "a", "b", False, epoch=1))
+    last = journal.append_publish(topic="t", data=b"m2", publisher_id=1, seq=2, timestamp_us=4)
+    assert await journal.commit() == 4
+    for record in (first, last):
+        assert isinstance(record, PublishRecord)
+        instance.records.put(record)
+    instance.records.put_other(removal)
+    instance.records.put_other(transfer)
+    instance.dispatched_txid = 4
+    assert view.read(1, 10) == [first, removal, transfer, last]
+    assert not view.read_frames  # nothing read from the disk
+    await journal.close()
+
+
+async def test_the_other_records_kept_are_bounded(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path, instance_name="a", group="g")
+    cache = RecordCache(journal, max_other_records=2)
+    for txid in range(1, 5):
+        cache.put_other(QueueRecord(txid, txid, "q", QueueAction.ACK, txids=(txid,)))
+    assert sorted(cache.others) == [3, 4]
     await journal.close()
