@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol
 
+from amps.log.bookmarks import Bookmark
 from amps.log.received import ReceivedFrames
 from amps.log.records import PublishRecord, QueueRecord, Record
 from replication.frames import (
@@ -596,13 +597,31 @@ class LinkCore:
         return []
 
     def _by_bookmark(self, record: QueueRecord) -> QueueRecord:
-        """An ack names messages by local txid; the peer knows them by bookmark (L1)."""
-        bookmarks = list(record.bookmarks)
-        for txid in record.txids:
-            found = self.log.read(txid, 1)
-            if found and found[0].txid == txid and isinstance(found[0], PublishRecord):
-                bookmarks.append(found[0].bookmark)
-        return replace(record, bookmarks=tuple(bookmarks), txids=(), delivered_us=(), deliveries=())
+        """An ack names messages by local txid; the peer knows them by bookmark (L1). Each run
+        of consecutive txids is read at once (a step's acks are mostly one or a few runs): one
+        read per txid costs a journal read each once the record cache has dropped them."""
+        found: dict[int, Bookmark] = {}
+        ordered = sorted(record.txids)
+        read = self.log.read
+        start = 0
+        while start < len(ordered):
+            end = start + 1
+            while end < len(ordered) and ordered[end] <= ordered[end - 1] + 1:
+                end += 1
+            txid, last = ordered[start], ordered[end - 1]
+            while txid <= last:
+                records = read(txid, last - txid + 1)
+                if not records:
+                    break
+                for item in records:
+                    if type(item) is PublishRecord:
+                        found[item.txid] = item.bookmark
+                if records[-1].txid < txid:
+                    break  # a log view never answers before the txid asked; be safe anyway
+                txid = records[-1].txid + 1
+            start = end
+        bookmarks = (*record.bookmarks, *(found[t] for t in record.txids if t in found))
+        return replace(record, bookmarks=bookmarks, txids=(), delivered_us=(), deliveries=())
 
     def _on_ack(self, through_txid: int, now_ms: int) -> list[Action]:
         in_flight = self._in_flight

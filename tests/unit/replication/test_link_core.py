@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from amps.log.records import PublishRecord
+from amps.log.records import PublishRecord, Record
 from replication.frames import Ack, Batch, Heartbeat, Hello, Refusal
 from replication.link_core import (
     REFUSALS,
@@ -361,6 +361,54 @@ def test_queue_acks_replicate_by_bookmark_matched_by_queue_name_not_filter() -> 
     assert [(b.publisher_id, b.seq) for b in ack.bookmarks] == [(7, 1), (7, 2)]
     assert ack.txids == ()
     assert ack.deliveries == ()
+
+
+class _CountingLog(MemoryLog):
+    """A MemoryLog that returns at most `prefix` records a read (as the cached view may) and
+    counts its reads."""
+
+    def __init__(self, prefix: int) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.reads = 0
+
+    def read(self, from_txid: int, max_records: int) -> list[Record]:
+        self.reads += 1
+        return super().read(from_txid, min(max_records, self.prefix))
+
+
+def test_an_acks_bookmarks_are_read_a_run_of_txids_at_a_time() -> None:
+    """R1: the bookmarks of a removal's txids, in its order, whatever the order and gaps of
+    the txids; consecutive txids are read together (not one read each), even from a log view
+    that answers a read with a prefix of what was asked."""
+    from amps.log.records import QueueAction, QueueRecord
+
+    log = _CountingLog(prefix=3)
+    log.records = [
+        PublishRecord(t, 0, "orders", b"{}", 7, 100 + t, "a", "a", t) for t in range(1, 21)
+    ]
+    txids = (12, *range(1, 11), 20, 15, 14, 13)
+    log.records.append(
+        QueueRecord(21, 0, "work", QueueAction.ACK, txids=txids, origin_instance="a",
+                    origin_group="a", origin_txid=21)
+    )  # fmt: skip
+    log.durable = 21
+    dest = destination("z")
+    core = LinkCore("a", "a", log, {"z": Route("a", dest)}, PositionBook(), "z")
+    core.handle(Connected(dialled=True), 0)
+    reads_before = log.reads
+    actions = core.handle(FrameReceived(Hello(1, "z", "z", "", "", Route("a", dest).digest)), 0)
+    batches: list[Batch] = []
+    while found := [b for b in sent(actions) if isinstance(b, Batch)]:
+        batches += found
+        actions = [a for b in found for a in core.handle(FrameReceived(Ack(b.through_txid)), 0)]
+    acks = [r for b in batches for r in b.records if isinstance(r, QueueRecord)]
+    assert len(acks) == 1
+    assert [(b.publisher_id, b.seq) for b in acks[0].bookmarks] == [(7, 100 + t) for t in txids]
+    assert acks[0].txids == ()
+    # The link's own reads of 21 records 3 at a time, then the runs 1-10 and 12-15 (4 and 2
+    # reads of a prefix of 3) and 20: not one read per txid.
+    assert log.reads - reads_before <= 7 + 4 + 2 + 1
 
 
 def test_removals_replicate_and_the_rest_of_a_queues_records_stays_local() -> None:
