@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -56,6 +57,7 @@ from tests.harness.cluster import Cluster, Link, cluster, full_mesh
 from tests.harness.instance import InstanceProcess
 
 LAG_RATE_PER_S = 5_000
+LATENCY_WARMUP_S = 1.0
 LAG_TOPIC = "lag"
 LIVE_RATE_PER_S = 1_000  # live traffic on a while b catches up (the issue's figure)
 CATCH_UP_POLL_S = 0.1
@@ -63,6 +65,8 @@ SECTIONS = ("publish", "latency", "lag", "catch-up", "costs", "peer")
 # The hops (amps.server.hops) printed as means: a frame of commands handled, deliveries waiting
 # for and taken by gRPC, the sender's link hops and the receiver's receive -> durable.
 HOPS = (
+    "journal_handoff",
+    "journal_return",
     "frame_handling",
     "outbox_wait",
     "frame_write",
@@ -94,7 +98,7 @@ def publish_rate(address: str, messages: int, tag: str) -> float:
 
 
 def latency_p99_ms(address: str, seconds: float) -> float:
-    latencies = sorted(asyncio.run(_latency(address, seconds, warmup_s=1.0)))
+    latencies = sorted(asyncio.run(_latency(address, seconds, warmup_s=LATENCY_WARMUP_S)))
     return percentile(latencies, 0.99) * 1000
 
 
@@ -175,17 +179,28 @@ def hop_means(
 
 
 class Observed:
-    """Hops and fsyncs of some instances around a measurement."""
+    """Hops, fsyncs and CPU of some instances around a measurement, and the CPU of this process
+    and its children (the publisher, the subscriber processes): at 5,000 msg/s each process
+    spends several times its CPU per message at full rate (little to batch), and whether the
+    two cores are saturated says more about a latency than any hop."""
 
     def __init__(self, **instances: InstanceProcess) -> None:
         self.instances = instances
         self.before = {n: (instance_hops(i), scrape(i.admin_port)) for n, i in instances.items()}
+        self.cpu_before = {n: cpu_times_s(i) for n, i in instances.items()}
+        self.clients_before = _clients_cpu_s()
+        self.started = time.monotonic()
 
-    def report(self) -> str:
+    def report(self, messages: int) -> str:
+        seconds = time.monotonic() - self.started
+        busy = sum(_cpu_s(self.clients_before, _clients_cpu_s()))
         parts = []
         for name, instance in self.instances.items():
             hops_before, metrics_before = self.before[name]
             hops_after, metrics_after = instance_hops(instance), scrape(instance.admin_port)
+            cpu_after = cpu_times_s(instance)
+            busy += sum(_cpu_s(self.cpu_before[name], cpu_after))
+            cpu = _per_record_us(self.cpu_before[name], cpu_after, messages)
             fsync = fsync_mean_ms(metrics_before, metrics_after)
             names = tuple(
                 n
@@ -193,8 +208,27 @@ class Observed:
                 if hops_after.get(n, {}).get("count", 0) > hops_before.get(n, {}).get("count", 0)
             )
             hops = hop_means(hops_before, hops_after, names)
-            parts.append(f"{name}: fsync {fsync:.2f} ms, {hops}")
+            parts.append(f"{name}: CPU {cpu} per message, fsync {fsync:.2f} ms, {hops}")
+        clients = _per_record_us(self.clients_before, _clients_cpu_s(), messages)
+        parts.append(f"clients (publisher and subscribers): CPU {clients} per message")
+        parts.append(
+            f"all of them: {busy / seconds:.2f} of the machine's {os.cpu_count()} cores busy "
+            f"over {seconds:.1f} s"
+        )
         return "; ".join(parts)
+
+
+def _cpu_s(before: tuple[float, float], after: tuple[float, float]) -> tuple[float, float]:
+    return after[0] - before[0], after[1] - before[1]
+
+
+def _clients_cpu_s() -> tuple[float, float]:
+    """(user, system) CPU seconds of this process and its finished children (subscribers)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + children.ru_utime, own.ru_stime + children.ru_stime
 
 
 def cpu_times_s(process: InstanceProcess) -> tuple[float, float]:
@@ -533,14 +567,15 @@ def publish_rates(messages: int) -> None:
 def persisted_ack_latency(seconds: float) -> None:
     """Item 2: persisted-ack p99 at a steady rate, alone and with one sync destination (a's
     persisted ack waits for b's fsync and b's ack)."""
+    messages = int(LATENCY_RATE_PER_S * (seconds + LATENCY_WARMUP_S))
     with temp_instance("alone") as alone:
         observed = Observed(alone=alone)
         p99_alone = latency_p99_ms(alone.address, seconds)
-        alone_hops = observed.report()
+        alone_hops = observed.report(messages)
     with pair(sync=True) as running:
         observed = Observed(a=running["a"], b=running["b"])
         p99_sync = latency_p99_ms(running["a"].address, seconds)
-        sync_hops = observed.report()
+        sync_hops = observed.report(messages)
     print(
         f"persisted-ack p99 at {LATENCY_RATE_PER_S:,} msg/s: alone {p99_alone:.2f} ms; one sync "
         f"destination {p99_sync:.2f} ms ({p99_sync / p99_alone:.2f}x)\n"
@@ -556,13 +591,13 @@ def replication_lag(messages: int) -> None:
     with temp_instance("alone") as alone:
         observed = Observed(alone=alone)
         (local,) = asyncio.run(_lag(alone.address, [alone.address], messages))
-        alone_hops = observed.report()
+        alone_hops = observed.report(messages)
     with pair(sync=False) as running:
         observed = Observed(a=running["a"], b=running["b"])
         on_a, on_b = asyncio.run(
             _lag(running["a"].address, [running["a"].address, running["b"].address], messages)
         )
-        pair_hops = observed.report()
+        pair_hops = observed.report(messages)
     added = sorted(on_b[i] - on_a[i] for i in on_b if i in on_a)
 
     def ms(values: list[float]) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from time import perf_counter_ns
 
 from amps.errors import JournalError
 from amps.log import codec
@@ -64,6 +65,18 @@ FlushResult = list[float] | BaseException
 
 
 @dataclass(frozen=True, slots=True)
+class CommitTiming:
+    """How a batch crossed to the writer thread and back (perf_counter_ns)."""
+
+    handoff_ns: int  # handed to the writer -> the writer thread running it
+    finished_ns: int  # when the writer was done with it
+
+
+# Told each batch's (handoff, return) in ns: the thread hops of a commit, beside its fsync.
+CommitHopsObserver = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
 class JournalStatistics:
     """Snapshot for metrics and the admin CLI."""
 
@@ -88,7 +101,7 @@ class _WriterThread:
         self._writer = writer
         self._work: queue.SimpleQueue[
             tuple[list[bytes | Rotate], SegmentSummary | None, bytes, asyncio.AbstractEventLoop,
-                  Callable[[FlushResult], None]] | None
+                  Callable[[FlushResult, CommitTiming], None], int] | None
         ] = queue.SimpleQueue()  # fmt: skip
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
@@ -99,22 +112,26 @@ class _WriterThread:
         checkpoint: SegmentSummary | None,
         commit: bytes,
         loop: asyncio.AbstractEventLoop,
-        done: Callable[[FlushResult], None],
+        done: Callable[[FlushResult, CommitTiming], None],
     ) -> None:
-        """Write and fsync `batch` (see SegmentWriter.write_batch); `done(result)` runs on `loop`
-        afterwards."""
-        self._work.put((batch, checkpoint, commit, loop, done))
+        """Write and fsync `batch` (see SegmentWriter.write_batch); `done(result, timing)` runs
+        on `loop` afterwards."""
+        self._work.put((batch, checkpoint, commit, loop, done, perf_counter_ns()))
 
     def _run(self) -> None:
         while (item := self._work.get()) is not None:
-            batch, checkpoint, commit, loop, done = item
+            batch, checkpoint, commit, loop, done, submitted_ns = item
+            # This thread runs Python again only once it holds the GIL: the wait for it behind
+            # the event loop's work is part of every commit (the `journal_handoff` hop).
+            started_ns = perf_counter_ns()
             result: FlushResult
             try:
                 result = self._writer.write_batch(batch, checkpoint, commit)
             except BaseException as exc:  # reported to the loop: the journal fails for good
                 result = exc
+            timing = CommitTiming(started_ns - submitted_ns, perf_counter_ns())
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
-                loop.call_soon_threadsafe(done, result)
+                loop.call_soon_threadsafe(done, result, timing)
 
     def stop(self) -> None:
         """Finish the batch in hand (if any) and end the thread."""
@@ -144,6 +161,7 @@ class Journal:
         self.read_only = read_only
         self.marks = PublisherMarks()
         self.on_fsync: FsyncObserver | None = None
+        self.on_commit_hops: CommitHopsObserver | None = None
         self.first_txid = 1
         self._next_txid = 1
         self._durable_txid = 0
@@ -516,8 +534,10 @@ class Journal:
             batch, checkpoint, commit, loop, partial(self._flushed, last_txid)
         )
 
-    def _flushed(self, last_txid: int, result: FlushResult) -> None:
+    def _flushed(self, last_txid: int, result: FlushResult, timing: CommitTiming) -> None:
         """On the loop: the writer is done with a batch; wake everyone waiting for it."""
+        if self.on_commit_hops is not None:
+            self.on_commit_hops(timing.handoff_ns, perf_counter_ns() - timing.finished_ns)
         self._flushing = False
         waiters, self._flush_waiters = self._flush_waiters, []
         if isinstance(result, BaseException):

@@ -221,6 +221,7 @@ class Server:
         journal = self._open_journal()
         journal.on_fsync = self._observe_fsync
         self.instance = Instance(self.config, journal, self._on_fatal)
+        journal.on_commit_hops = self._observe_commit_hops
         for exposure in exposures(self.config):  # load_config refuses these already
             fatal(FatalReason.CONFIG_INVALID, f"{exposure.path}: {exposure.expected}")
         self.instance.authenticator = self._authenticator(self.config.client_authentication)
@@ -448,6 +449,12 @@ class Server:
 
             self.metrics = Metrics(self.config.name, self.snapshot)
         return self.metrics
+
+    def _observe_commit_hops(self, handoff_ns: int, return_ns: int) -> None:
+        if self.instance is not None:
+            hops = self.instance.statistics.hops
+            hops.journal_handoff.add(handoff_ns)
+            hops.journal_return.add(return_ns)
 
     def _observe_fsync(self, seconds: float) -> None:
         self._metrics().observe_fsync(seconds)

@@ -3,7 +3,8 @@
 The hops of a queue message between its consumer's ack and the next delivery, and of a frame
 on its way out: handling a received frame (the server loop), the queue step of an ack (engine
 and the deliveries it frees, encoded), waiting in the outbox, gRPC taking the frame, and the
-removal record becoming durable (lazily, Q15: no delivery waits for it). Counters say which way
+removal record becoming durable (lazily, Q15: no delivery waits for it); a commit's trips to
+the journal's writer thread and back. Counters say which way
 the deliveries went. And a replicated batch's hops (issue 8): on the sender, records durable ->
 batch handed to the link's writer -> written -> acknowledged by the peer; on the receiver, batch
 received -> durable here. Read through the admin interface (`/amps/instance`, key `hops`).
@@ -55,6 +56,11 @@ class HopStatistics:
     frame_write: Span = field(default_factory=Span)
     # A lazily committed removal record (ack, expiry) appended -> durable.
     removal_durable: Span = field(default_factory=Span)
+    # A commit handed to the journal's writer thread -> that thread running it, and the writer
+    # done -> its result handled on the event loop: thread wake-ups, and the waits for the GIL
+    # behind the event loop's work, that every commit pays beside its fsync.
+    journal_handoff: Span = field(default_factory=Span)
+    journal_return: Span = field(default_factory=Span)
     # Replication sender: the local log durable -> the batch carrying those records queued for
     # the link's writer (waits here when the link's window of unacknowledged batches is full).
     link_send_wait: Span = field(default_factory=Span)
@@ -81,6 +87,8 @@ class HopStatistics:
             "outbox_wait": self.outbox_wait.as_json(),
             "frame_write": self.frame_write.as_json(),
             "removal_durable": self.removal_durable.as_json(),
+            "journal_handoff": self.journal_handoff.as_json(),
+            "journal_return": self.journal_return.as_json(),
             "link_send_wait": self.link_send_wait.as_json(),
             "link_write": self.link_write.as_json(),
             "link_ack_wait": self.link_ack_wait.as_json(),
