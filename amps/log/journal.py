@@ -468,6 +468,9 @@ class Journal:
             self._pending.append(Rotate(sealed, txid))
             active = self._active = SegmentBuilder(txid)
             active.add_control(codec.CONTROL_FRAME_BYTES)  # the writer opens it with a header
+            # Counted from the new segment's start: the old segment's threshold would leave it
+            # without a checkpoint until it is as large, and every reopen scanning all of it.
+            self._checkpoint_at_bytes = active.size_bytes + CHECKPOINT_EVERY_BYTES
         active.add(size, txid, timestamp_us, publisher_id, seq)
         self._pending.append(frame)
         self._pending_bytes += size

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from amps.errors import CorruptRecord, InvalidBookmark, JournalError
+from amps.log import journal as journal_module
 from amps.log.bookmarks import (
     AtBookmark,
     AtTimestamp,
@@ -21,7 +22,7 @@ from amps.log.bookmarks import (
 from amps.log.codec import SEGMENT_FORMAT_VERSION, encode
 from amps.log.journal import Journal
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, TransferRecord
-from amps.log.storage import format_version, iter_keys
+from amps.log.storage import decode_summary, format_version, iter_keys
 
 SEGMENT_SIZE_BYTES = 16 * 1024
 
@@ -575,3 +576,22 @@ async def test_new_segments_open_with_a_header_of_the_current_format(tmp_path: P
     await _fill(journal, 200)
     await journal.close()
     assert {format_version(path) for path in _segments(tmp_path)} == {SEGMENT_FORMAT_VERSION}
+
+
+async def test_a_new_segment_is_checkpointed_like_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a rotation the next checkpoint counts from the new segment's start, so a reopen
+    (or a read-only open: the Spark read's planning) scans at most CHECKPOINT_EVERY_BYTES of
+    the newest segment, not all of it (issue 10)."""
+    monkeypatch.setattr(journal_module, "CHECKPOINT_EVERY_BYTES", 4096)
+    journal = _open(tmp_path)
+    for round_ in range(20):  # ~230 B per record: the first segment rotates after ~70 records
+        await _fill(journal, 10, start_seq=1 + 10 * round_)
+    segments = _segments(tmp_path)
+    assert len(segments) >= 2
+    (checkpoint,) = _checkpoints(tmp_path)  # taken while running, not by close
+    assert checkpoint.name == segments[-1].name.replace(".journal", ".tail")
+    covered = decode_summary(checkpoint.read_bytes()).size_bytes
+    assert segments[-1].stat().st_size - covered < 4096 + 10 * 300
+    await journal.close()
