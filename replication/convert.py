@@ -3,7 +3,10 @@
 Records cross as the transaction log's own framed bytes (amps/log/codec.py), so a batch costs
 one protobuf message and one CRC-checked decode, not one message per record. A publish whose
 frame the sender's journal still keeps (`Journal.frames`) crosses as that frame, not encoded
-again: byte for byte what encoding its record would give.
+again: byte for byte what encoding its record would give; records read from the journal as
+frames (`ChosenFrames`) cross as read, a commit's frames in one piece. `encode_batch` writes a
+batch's LinkFrame bytes itself, the records joined once straight into them: building the
+protobuf copied them into upb and serialising it copied them out again.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from amps.errors import CorruptRecord
 from amps.log import codec
-from amps.log.received import scan
+from amps.log.received import ChosenFrames, scan
 from amps.log.records import PublishRecord, Record
 from amps.v1 import replication_pb2 as pb
 from replication.frames import (
@@ -44,7 +47,7 @@ def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
         batch.SetInParent()  # a batch even when every field is at its default
         batch.batch_id = frame.batch_id
         batch.through_txid = frame.through_txid
-        batch.records = b"".join([_framed(record, kept) for record in frame.records])
+        batch.records = b"".join(_record_parts(frame, kept))
         batch.record_count = len(frame.records)
         return message
     if isinstance(frame, Ack):
@@ -114,6 +117,47 @@ def _queue_from_pb(queue: pb.QueueDigest) -> QueueDigest:
         initial_owner=queue.initial_owner,
         holders=tuple((h.instance, h.group) for h in queue.holders),
     )
+
+
+def _record_parts(batch: Batch, kept: tuple[Mapping[int, bytes], ...]) -> list[bytes]:
+    """The batch's record frames, in order, in as few pieces as they come."""
+    records = batch.records
+    if type(records) is ChosenFrames:
+        return records.parts()
+    return [_framed(record, kept) for record in records]
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _tag(message: type[pb.LinkFrame | pb.Batch], field: str, length_delimited: bool) -> bytes:
+    return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | length_delimited * 2)
+
+
+_LINK_BATCH = _tag(pb.LinkFrame, "batch", True)
+_BATCH_ID = _tag(pb.Batch, "batch_id", False)
+_THROUGH_TXID = _tag(pb.Batch, "through_txid", False)
+_RECORD_COUNT = _tag(pb.Batch, "record_count", False)
+_RECORDS = _tag(pb.Batch, "records", True)
+
+
+def encode_batch(batch: Batch, *kept: Mapping[int, bytes]) -> bytes:
+    """The serialised LinkFrame of `to_pb(batch, *kept)` (the same message once parsed),
+    written directly: the record frames are copied once, into these bytes. The records field
+    comes last so that the frames follow one head."""
+    parts = _record_parts(batch, kept)
+    size = sum(map(len, parts))
+    fields = b"".join((
+        _BATCH_ID, _varint(batch.batch_id), _THROUGH_TXID, _varint(batch.through_txid),
+        _RECORD_COUNT, _varint(len(batch.records)), _RECORDS, _varint(size),
+    ))  # fmt: skip
+    return b"".join([_LINK_BATCH, _varint(len(fields) + size), fields, *parts])
 
 
 def _framed(record: Record, kept: tuple[Mapping[int, bytes], ...]) -> bytes:

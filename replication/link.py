@@ -30,7 +30,7 @@ from amps.security.reload import ReloadableChannelTls, ReloadableServerTls
 from amps.v1 import replication_pb2 as pb
 from amps.v1 import replication_pb2_grpc as pb_grpc
 from replication.admission import Admission
-from replication.convert import BadFrame, from_pb, to_pb
+from replication.convert import BadFrame, encode_batch, from_pb, to_pb
 from replication.downgrade import sync_decisions
 from replication.frames import Ack, Batch, Hello, OriginPosition, Refusal, TransferRequest
 from replication.link_core import (
@@ -84,12 +84,24 @@ _CHANNEL_OPTIONS = [
 ]
 
 
+# What a stream writes: a LinkFrame, or a batch's LinkFrame already serialised (encode_batch).
+Outgoing = pb.LinkFrame | bytes
+_SERVICE = pb.DESCRIPTOR.services_by_name["Replication"].full_name
+_LINK_METHOD = "Link"
+
+
+def _serialize(message: Outgoing) -> bytes:
+    """The streams' serializer: bytes pass through (a batch is written once, by encode_batch,
+    not built as a protobuf and serialised again)."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
 class _Stream(Protocol):
     async def read(self) -> object: ...
 
     def peer_names(self) -> set[str]: ...
 
-    async def write(self, message: pb.LinkFrame) -> None: ...
+    async def write(self, message: Outgoing) -> None: ...
 
 
 class _Session:
@@ -100,7 +112,7 @@ class _Session:
         self.stream = stream
         self.generation = generation
         # (frame, the txid a batch ends at or 0, when it was queued) or None: close
-        self.outgoing: asyncio.Queue[tuple[pb.LinkFrame, int, int] | None] = asyncio.Queue()
+        self.outgoing: asyncio.Queue[tuple[Outgoing, int, int] | None] = asyncio.Queue()
         self.closed = asyncio.Event()  # asked to close (or the writer ended)
         self.finished = asyncio.Event()  # detached from its core: the core is IDLE again
         self.timer: asyncio.TimerHandle | None = None
@@ -123,11 +135,11 @@ class _Dispatched(Protocol):
 class _CachedLog:
     """The links' view of the log: recent durable records straight from the instance's record
     cache (publishes, and the queue and transfer records appended here: no read, no decode, the
-    usual case for a link that keeps up), the journal else.
+    usual case for a link that keeps up), the journal else, as the frames it reads
+    (`Journal.read_frames`): routed on their heads and shipped as read.
 
-    `frames` holds each record's frame as the journal appended it or as read from disk, so a
-    batch ships those bytes instead of encoding its records again: the journal's latest frames
-    (`Journal.keep_frames`), then what the last reads brought in (bounded by bytes).
+    `frames` holds the journal's latest frames by txid (`Journal.keep_frames`), so a batch of
+    records from the cache ships those bytes instead of encoding its records again.
     """
 
     def __init__(self, instance: _Dispatched) -> None:
@@ -135,9 +147,7 @@ class _CachedLog:
         self._journal = instance.journal
         self._records = instance.records.records
         self._others = instance.records.others
-        self.read_frames: dict[int, bytes] = {}
-        self._read_frames_bytes = 0
-        self.frames = (self._journal.frames, self.read_frames)
+        self.frames = (self._journal.frames,)
 
     @property
     def first_txid(self) -> int:
@@ -151,7 +161,7 @@ class _CachedLog:
         # what the cache holds a moment later. The dispatch steps the links (log_advanced).
         return min(self._instance.dispatched_txid, self._journal.durable_txid)
 
-    def read(self, from_txid: int, max_records: int) -> list[Record]:
+    def read(self, from_txid: int, max_records: int) -> Sequence[Record]:
         records = self._records
         durable = self.durable_txid
         if from_txid > durable:
@@ -169,14 +179,7 @@ class _CachedLog:
             out.append(record)
         if out:
             return out  # a prefix is enough: the caller reads on from its end
-        if self._read_frames_bytes > KEPT_FRAMES_BYTES:
-            self.read_frames.clear()  # the frames of earlier reads went out in earlier steps
-            self._read_frames_bytes = 0
-        before = len(self.read_frames)
-        out = self._journal.read(from_txid, max_records, self.read_frames)
-        if len(self.read_frames) > before:
-            self._read_frames_bytes += sum(len(self.read_frames[r.txid]) for r in out)
-        return out
+        return self._journal.read_frames(from_txid, max_records)
 
 
 class Replicator:
@@ -242,7 +245,18 @@ class Replicator:
         transport = self.config.replication_transport
         if transport is not None:
             server = grpc.aio.server(options=_CHANNEL_OPTIONS)
-            pb_grpc.add_ReplicationServicer_to_server(_Servicer(self), server)  # type: ignore[no-untyped-call]
+            servicer = _Servicer(self)
+            handlers = {
+                _LINK_METHOD: grpc.stream_stream_rpc_method_handler(
+                    servicer.Link,
+                    request_deserializer=pb.LinkFrame.FromString,
+                    response_serializer=_serialize,
+                )
+            }
+            server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(_SERVICE, handlers),)
+            )
+            server.add_registered_method_handlers(_SERVICE, handlers)
             address = f"{transport.inet_addr.host}:{transport.inet_addr.port}"
             if transport.tls is None:
                 self.port = server.add_insecure_port(address)
@@ -547,8 +561,12 @@ class Replicator:
                 before = core.refusals
                 try:
                     async with _channel(addr, peer, credentials) as ch:
-                        stub = pb_grpc.ReplicationStub(ch)  # type: ignore[no-untyped-call]
-                        await self._run(core, stub.Link(), dialled=True)
+                        link = ch.stream_stream(
+                            f"/{_SERVICE}/{_LINK_METHOD}",
+                            request_serializer=_serialize,
+                            response_deserializer=pb.LinkFrame.FromString,
+                        )
+                        await self._run(core, link(), dialled=True)
                 except (grpc.aio.AioRpcError, OSError) as exc:
                     log.debug("replication to %s at %s: %s", peer, addr, exc)
                 refusal = core.refusal
@@ -709,7 +727,11 @@ class Replicator:
                 if isinstance(frame, Batch):
                     self._timed_send(session, frame)
                     through = frame.through_txid
-                message = to_pb(frame, *self._log.frames)
+                message = (
+                    encode_batch(frame, *self._log.frames)
+                    if isinstance(frame, Batch)
+                    else to_pb(frame)
+                )
                 session.outgoing.put_nowait((message, through, perf_counter_ns()))
             elif isinstance(action, Apply):
                 received_ns = perf_counter_ns()
@@ -878,7 +900,7 @@ class _ServerStream:
         found = [*auth.get("x509_common_name", []), *auth.get("x509_subject_alternative_name", [])]
         return {name.decode("utf-8", "replace") for name in found}
 
-    async def write(self, message: pb.LinkFrame) -> None:
+    async def write(self, message: Outgoing) -> None:
         await self._context.write(message)
 
 

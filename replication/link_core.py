@@ -21,14 +21,17 @@ on `Disconnected`, on a refusal either way, or when the peer is silent for `peer
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
+from itertools import accumulate
+from operator import itemgetter
 from typing import Protocol
 
 from amps.log.bookmarks import Bookmark
-from amps.log.received import ReceivedFrames
+from amps.log.received import ChosenFrames, ReceivedFrames
 from amps.log.records import PublishRecord, QueueRecord, Record
 from replication.frames import (
     PROTOCOL_VERSION,
@@ -68,6 +71,9 @@ REFUSALS: dict[str, str] = {
 }
 
 
+_FRAME_LENGTH = itemgetter(2)  # of a ReceivedFrames head: the frame's payload length
+
+
 class LinkState(Enum):
     IDLE = "idle"
     HELLO_SENT = "hello_sent"
@@ -84,7 +90,10 @@ class LogView(Protocol):
     @property
     def durable_txid(self) -> int: ...
 
-    def read(self, from_txid: int, max_records: int) -> list[Record]: ...
+    def read(self, from_txid: int, max_records: int) -> Sequence[Record]:
+        """Records from `from_txid` on, at most `max_records` (a prefix: the caller reads on);
+        a `ReceivedFrames` when they come from the journal's segments as frames."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,26 +548,14 @@ class LinkCore:
             records = self.log.read(self._cursor, limits.max_batch_records)
             if not records:
                 break
-            chosen: list[Record] = []
-            size_bytes = 0
-            through = self._cursor - 1
-            wants, max_batch_bytes = route.wants, limits.max_batch_bytes
-            for record in records:
-                if size_bytes >= max_batch_bytes:
-                    break
-                through = record.txid
-                if not wants(record):
-                    continue
-                if type(record) is PublishRecord:
-                    size_bytes += len(record.data)
-                else:
-                    if isinstance(record, QueueRecord):
-                        record = self._by_bookmark(record)
-                    size_bytes += 64
-                chosen.append(record)
+            chosen: Sequence[Record]
+            if type(records) is ReceivedFrames:
+                chosen, through, size_bytes = self._choose_frames(records, route)
+            else:
+                chosen, through, size_bytes = self._choose(records, route)
             self._cursor = through + 1
             if chosen:
-                batch = Batch(self._next_batch_id, through, tuple(chosen))
+                batch = Batch(self._next_batch_id, through, chosen)
                 self._next_batch_id += 1
                 self._in_flight.append((batch.batch_id, through, size_bytes))
                 self._in_flight_bytes += size_bytes
@@ -571,6 +568,69 @@ class LinkCore:
         if self.acked_through_txid > acked_before:
             actions.append(PeerAcked(self.acked_through_txid))
         return actions
+
+    def _choose(
+        self, records: Sequence[Record], route: Route
+    ) -> tuple[tuple[Record, ...], int, int]:
+        """The records of one read that go to the destination (Rule 2 of routing: an ack by
+        bookmark), the last txid looked at, and their size in bytes."""
+        chosen: list[Record] = []
+        size_bytes = 0
+        through = self._cursor - 1
+        wants, max_batch_bytes = route.wants, self.limits.max_batch_bytes
+        for record in records:
+            if size_bytes >= max_batch_bytes:
+                break
+            through = record.txid
+            if not wants(record):
+                continue
+            if type(record) is PublishRecord:
+                size_bytes += len(record.data)
+            else:
+                if isinstance(record, QueueRecord):
+                    record = self._by_bookmark(record)
+                size_bytes += 64
+            chosen.append(record)
+        return tuple(chosen), through, size_bytes
+
+    def _choose_frames(self, frames: ReceivedFrames, route: Route) -> tuple[ChosenFrames, int, int]:
+        """`_choose` over a read of the journal as frames: routed on their heads, one verdict
+        per distinct (topic, origin) of the read; a record is built only for a Filter or a
+        queue record. The usual read goes whole, and ships as the frames it read."""
+        heads, names, others = frames.heads, frames.names, frames.others
+        verdicts = {key: route.publish_verdict(key) for key in set(names)}
+        max_batch_bytes = self.limits.max_batch_bytes
+        if not others and all(verdict is True for verdict in verdicts.values()):
+            sizes = list(accumulate(map(_FRAME_LENGTH, heads)))
+            count = min(len(heads), bisect_left(sizes, max_batch_bytes) + 1)
+            return ChosenFrames(frames, range(count), {}), heads[count - 1][4], sizes[count - 1]
+        chosen: list[int] = []
+        replaced: dict[int, Record] = {}
+        size_bytes = 0
+        through = self._cursor - 1
+        for index, head in enumerate(heads):
+            if size_bytes >= max_batch_bytes:
+                break
+            through = head[4]
+            other = others.get(index)
+            if other is not None:
+                if not route.wants(other):
+                    continue
+                if isinstance(other, QueueRecord):
+                    replaced[index] = self._by_bookmark(other)
+                size_bytes += 64
+            else:
+                verdict = verdicts[names[index]]
+                if verdict is False:
+                    continue
+                if verdict is not True:
+                    record = frames[index]
+                    assert type(record) is PublishRecord
+                    if not route.matches(verdict, record):
+                        continue
+                size_bytes += head[2]
+            chosen.append(index)
+        return ChosenFrames(frames, chosen, replaced), through, size_bytes
 
     def _skip_unwanted(self, now_ms: int) -> list[Action]:
         """A destination that is down holds only what it takes (L2): records it would not get
@@ -613,9 +673,15 @@ class LinkCore:
                 records = read(txid, last - txid + 1)
                 if not records:
                     break
-                for item in records:
-                    if type(item) is PublishRecord:
-                        found[item.txid] = item.bookmark
+                if type(records) is ReceivedFrames:  # read as frames: bookmarks from the heads
+                    others = records.others
+                    for index, head in enumerate(records.heads):
+                        if index not in others:
+                            found[head[4]] = Bookmark(head[6], head[7])
+                else:
+                    for item in records:
+                        if type(item) is PublishRecord:
+                            found[item.txid] = item.bookmark
                 if records[-1].txid < txid:
                     break  # a log view never answers before the txid asked; be safe anyway
                 txid = records[-1].txid + 1

@@ -77,28 +77,43 @@ class Route:
     def wants(self, record: Record) -> bool:
         """Whether `record` (from this instance's log) goes to the destination."""
         if type(record) is PublishRecord:  # the usual case first: one look-up per topic
-            if not self._origin_allows(record):
+            if not self._origin_allows(record.origin_instance, record.origin_group):
                 return False
             verdict = self._topic_verdicts.get(record.topic)
             if verdict is None:
                 verdict = self._topic_verdict(record.topic)
             if type(verdict) is bool:
                 return verdict
-            return any(_matches(flt, record) for flt in verdict)
+            return self.matches(verdict, record)
         if isinstance(record, (QueueRecord, TransferRecord)):
             return (
                 (isinstance(record, TransferRecord) or record.action in REPLICATED_REMOVALS)
                 and record.queue not in self._local_queues
-                and self._origin_allows(record)
+                and self._origin_allows(record.origin_instance, record.origin_group)
                 and (not self._rules or bool(self._rules_for(record.queue)))
             )
         return False  # no other kind of record replicates
 
-    def _origin_allows(self, record: Record) -> bool:
-        origin = record.origin_instance
+    def publish_verdict(self, names: tuple[str, str, str]) -> bool | tuple[Filter, ...]:
+        """`wants` for every publish of (topic, origin instance, origin group) at once: taken,
+        not taken, or taken when one of the filters matches its data (`matches`). A link reading
+        its journal as frames routes on their heads with it, and decodes only what a Filter
+        must read."""
+        topic, origin, group = names
+        if not self._origin_allows(origin, group):
+            return False
+        verdict = self._topic_verdicts.get(topic)
+        return self._topic_verdict(topic) if verdict is None else verdict
+
+    @staticmethod
+    def matches(filters: tuple[Filter, ...], record: PublishRecord) -> bool:
+        """Rule 3's Filter: whether one of `filters` matches the publish."""
+        return any(_matches(flt, record) for flt in filters)
+
+    def _origin_allows(self, origin: str, group: str) -> bool:
         if origin == self.destination:
             return False
-        return origin == self.local or self._passes_through(record.origin_group)
+        return origin == self.local or self._passes_through(group)
 
     def _passes_through(self, group: str) -> bool:
         pattern = self.pass_through

@@ -620,6 +620,15 @@ class Journal:
             return []
         return self.reader.read(self.segments(), from_txid, self._durable_txid, max_records, frames)
 
+    def read_frames(self, from_txid: int, max_records: int) -> ReceivedFrames:
+        """The durable record frames from `from_txid` on (at most `max_records`: a prefix of
+        what `read` returns, from one read of one segment), checked and not built: what a
+        replication link routes on their heads and ships as read."""
+        from_txid = max(from_txid, self.first_txid)
+        if max_records <= 0 or from_txid > self._durable_txid:
+            return ReceivedFrames(b"")
+        return self.reader.read_frames(self.segments(), from_txid, self._durable_txid, max_records)
+
     def read_heads(self, from_txid: int, max_records: int) -> list[Record | codec.PublishHead]:
         """`read`, with each publish as its `PublishHead` (what queue recovery needs of it)."""
         from_txid = max(from_txid, self.first_txid)

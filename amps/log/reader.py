@@ -9,6 +9,7 @@ from pathlib import Path
 from amps.errors import CorruptRecord
 from amps.log import codec
 from amps.log.compressed import COMPRESSED_SUFFIX, CompressedSegment, PlainSegment
+from amps.log.received import ReceivedFrames, scan_log
 from amps.log.records import PublishRecord, Record
 from amps.log.segments import SegmentBuilder, SegmentSummary, segment_name
 from amps.log.storage import valid_frames_after
@@ -145,6 +146,41 @@ class SegmentReader:
                 skip -= dropped
             out.extend(records)
             offset += consumed
+
+    def read_frames(
+        self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int
+    ) -> ReceivedFrames:
+        """The record frames from_txid..upper_txid (at most max_records) of one read of one
+        segment, checked as `read` checks them but not built (`scan_log`): a prefix of what
+        `read` returns, empty past the last segment."""
+        firsts = [s.first_txid for s in segments]
+        i = max(0, bisect_right(firsts, from_txid) - 1)
+        while i < len(segments) and from_txid > segments[i].last_txid:
+            i += 1
+        if i == len(segments) or from_txid > upper_txid:
+            return ReceivedFrames(b"")
+        segment = segments[i]
+        want = min(max_records, upper_txid - from_txid + 1, segment.last_txid - from_txid + 1)
+        j = bisect_right(segment.index_txids, from_txid) - 1
+        assert j >= 0, (segment.first_txid, from_txid)
+        offset = segment.index_offsets[j]
+        average = segment.size_bytes // max(1, segment.record_count)
+        size = max(MIN_READ_BYTES, (from_txid - segment.index_txids[j] + want) * average + average)
+        pread = self._file(segment.first_txid).pread
+        while True:
+            chunk = pread(size, offset)
+            try:
+                frames, consumed = scan_log(chunk, 0, from_txid, want)
+            except CorruptRecord as exc:
+                raise located(exc, segment.first_txid, offset) from None
+            if frames:
+                return frames
+            if consumed:
+                offset += consumed  # only records before from_txid and control frames so far
+                continue
+            if len(chunk) < size:
+                raise ends_before(segment.first_txid, from_txid + want - 1, offset)
+            size *= 2  # one frame longer than the read
 
     def read_publishes(
         self, segments: list[Segment], from_txid: int, upper_txid: int, max_records: int,

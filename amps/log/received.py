@@ -7,6 +7,10 @@ Building a record per publish cost the receiver about as much as decoding it, an
 catch-up is read by nobody while it happens. `scan` checks every frame (magic, length, CRC,
 the publish's fields and strings) so that nothing built later can fail, and keeps per frame
 only what appending needs: its offset and its fixed fields, as unpacked.
+
+The sending side reads its journal the same way (`scan_log`): a link routes on the heads
+(topic, origin) and ships the frames as read, in runs (`ReceivedFrames.runs`); it decoded
+every record only to route it, which cost more than its epoch replay does per record.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from amps.log.codec import (
 )
 from amps.log.records import PublishRecord, Record
 
-__all__ = ["ReceivedFrames", "ReceivedRun", "scan"]
+__all__ = ["ChosenFrames", "ReceivedFrames", "ReceivedRun", "scan", "scan_log"]
 
 Head = tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int]
 """A frame's header and a publish's fixed fields as unpacked: magic, crc, length, kind, txid,
@@ -40,16 +44,19 @@ _name_cache: dict[bytes, tuple[str, str, str]] = {}
 
 
 class ReceivedFrames(Sequence[Record]):
-    """The records of a received batch, in order, built on demand (`records[i]`).
+    """The records of a received batch (`scan`) or of a read of the local journal (`scan_log`),
+    in order, built on demand (`records[i]`).
 
     `offsets[i]` and `heads[i]` are frame i's offset in `data` and its fixed fields; `names[i]`
     its (topic, origin instance, origin group). `others` holds the records that are not
     publishes (queue and transfer records), decoded at once. `ends` maps each origin to (origin
     txid, txid) of its last record in the batch, and `increasing` says whether the txids
-    strictly increase.
+    strictly increase. `breaks` holds the indices of frames that do not follow the frame before
+    them in `data` (a journal's control frames between them), in order, possibly repeated.
     """
 
     __slots__ = (
+        "breaks",
         "correlation_ids",
         "data",
         "distinct_names",
@@ -71,6 +78,7 @@ class ReceivedFrames(Sequence[Record]):
         self.ends: dict[str, tuple[int, int]] = {}
         self.increasing = True
         self.distinct_names = 0  # how many distinct (topic, origin instance, origin group)
+        self.breaks: list[int] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -113,6 +121,25 @@ class ReceivedFrames(Sequence[Record]):
         """The txid of the last record (0 when empty)."""
         return self.heads[-1][4] if self.heads else 0
 
+    def frame(self, index: int) -> bytes:
+        """Frame `index`'s bytes as they are in `data`."""
+        offset = self.offsets[index]
+        return self.data[offset : offset + _size(self.heads[index])]
+
+    def runs(self, count: int) -> list[bytes]:
+        """The first `count` frames' bytes, in order, as few slices of `data` as they are
+        contiguous: a journal's commit is one slice (what a link ships as read)."""
+        offsets, heads, data = self.offsets, self.heads, self.data
+        out: list[bytes] = []
+        first = 0
+        for index in sorted(set(self.breaks)):
+            if first < index < count:
+                out.append(data[offsets[first] : offsets[index - 1] + _size(heads[index - 1])])
+                first = index
+        if first < count:
+            out.append(data[offsets[first] : offsets[count - 1] + _size(heads[count - 1])])
+        return out
+
     def publish(self, index: int, txid: int, timestamp_us: int) -> PublishRecord:
         """Publish `index` as a record, under `txid` and `timestamp_us` (the receiver's own)."""
         head = self.heads[index]
@@ -145,20 +172,42 @@ class ReceivedFrames(Sequence[Record]):
         return totals
 
 
+def _size(head: Head) -> int:
+    """A frame's size in bytes, header included."""
+    return HEADER_SIZE_BYTES + head[2]
+
+
 def scan(data: bytes) -> ReceivedFrames:
     """Check every frame of `data` (record frames only, complete, nothing after the last) and
     return them; damage raises CorruptRecord with the damaged frame's offset."""
     frames = ReceivedFrames(data)
-    offsets, heads, names_of = frames.offsets, frames.heads, frames.names
+    _scan(frames, 0, len(data), 0, -1, log=False)
+    return frames
+
+
+def scan_log(chunk: bytes, offset: int, from_txid: int, limit: int) -> tuple[ReceivedFrames, int]:
+    """The record frames of a read of the local journal (`chunk`, from `offset`): at most
+    `limit` from txid `from_txid` on, checked as `scan` checks a peer's batch. Control frames
+    and earlier records are checked and passed over (`breaks` marks where); a frame cut short
+    at the end of the chunk is left for the next read. The frames and the offset reached."""
+    frames = ReceivedFrames(chunk)
+    return frames, _scan(frames, offset, len(chunk), from_txid, limit, log=True)
+
+
+def _scan(
+    frames: ReceivedFrames, offset: int, end: int, from_txid: int, limit: int, *, log: bool
+) -> int:
+    """The loop of `scan` and `scan_log`; the offset reached. One pass, inlined: it runs for
+    every record a link sends or receives."""
+    data = frames.data
+    offsets, heads, names_of, breaks = frames.offsets, frames.heads, frames.names, frames.breaks
     unpack_head = codec.HEAD_PUBLISH.unpack_from
     head_size = codec.HEAD_PUBLISH.size
     crc_value = codec.crc_value
     name_cache = _name_cache
-    end = len(data)
-    offset = 0
     last_txid = 0
     increasing = True
-    while offset < end:
+    while offset < end and limit != 0:
         if end - offset >= head_size:
             head = unpack_head(data, offset)
             length = head[2]
@@ -166,27 +215,42 @@ def scan(data: bytes) -> ReceivedFrames:
                 codec.frame_length(data, offset, end)  # raises with the precise reason
             stop = offset + HEADER_SIZE_BYTES + length
             if stop > end:
+                if log:
+                    break  # the rest of it is in the next read
                 raise CorruptRecord("a frame cut short at the end of the batch", offset=offset)
             if crc_value(data[offset + 8 : stop]) != head[1]:
                 raise CorruptRecord("frame checksum mismatch", offset=offset)
         else:  # shorter than a publish's fixed fields: only another kind of record fits
             length = codec.frame_length(data, offset, end)  # checks magic, length and CRC
             if length < 0:
+                if log:
+                    break
                 raise CorruptRecord("a frame cut short at the end of the batch", offset=offset)
             stop = offset + HEADER_SIZE_BYTES + length
             head = None
         start = offset + HEADER_SIZE_BYTES
         if head is None or head[3] != _KIND_PUBLISH or length < PUBLISH_FIXED_BYTES:
-            txid = _other(frames, data, offset, start, stop)
-            if txid <= last_txid:
+            record = _other(data, offset, start, stop, log)
+            if record is None or record.txid < from_txid:
+                breaks.append(len(offsets))  # the next frame does not follow the last one
+                offset = stop
+                continue
+            if record.txid <= last_txid:
                 increasing = False
-            last_txid = txid
+            last_txid = record.txid
+            frames.others[len(offsets)] = record
+            offsets.append(offset)
+            heads.append((MAGIC, 0, stop - start, data[start], record.txid, record.timestamp_us,
+                          0, 0, record.origin_txid, 0, 0, 0, 0, 0))  # fmt: skip
+            names_of.append(("", record.origin_instance, record.origin_group))
             offset = stop
+            limit -= 1
             continue
         txid = head[4]
-        if txid <= last_txid:
-            increasing = False
-        last_txid = txid
+        if txid < from_txid:  # before the read's first txid (its index entry is earlier)
+            breaks.append(len(offsets))
+            offset = stop
+            continue
         a = start + PUBLISH_FIXED_BYTES
         d = a + head[10] + head[11] + head[12]
         e = d + head[13]
@@ -203,18 +267,25 @@ def scan(data: bytes) -> ReceivedFrames:
             name_cache[key] = names
         if head[13]:
             try:
-                frames.correlation_ids[len(offsets)] = data[d:e].decode()
+                correlation_id = data[d:e].decode()
             except UnicodeDecodeError as exc:
                 raise CorruptRecord(f"malformed record payload: {exc}", offset=offset) from None
+            frames.correlation_ids[len(offsets)] = correlation_id
+        if txid <= last_txid:
+            increasing = False
+        last_txid = txid
         offsets.append(offset)
         heads.append(head)
         names_of.append(names)
         offset = stop
+        limit -= 1
+    if log and offset < end and limit != 0 and end - offset < HEADER_SIZE_BYTES:
+        codec.frame_length(data, offset, end)  # a partial header must at least start with magic
     frames.increasing = increasing
     distinct = set(names_of)
     frames.distinct_names = len(distinct)
     frames.ends = _ends(names_of, distinct, heads)
-    return frames
+    return offset
 
 
 def _ends(
@@ -244,22 +315,21 @@ def _names(data: bytes, a: int, head: Head, offset: int) -> tuple[str, str, str]
         raise CorruptRecord(f"malformed record payload: {exc}", offset=offset) from None
 
 
-def _other(frames: ReceivedFrames, data: bytes, offset: int, start: int, stop: int) -> int:
-    """A frame that is not a publish (a queue or transfer record), decoded now; its txid."""
-    if data[start] == _KIND_PUBLISH:
+def _other(data: bytes, offset: int, start: int, stop: int, log: bool) -> Record | None:
+    """A frame that is not a publish (a queue or transfer record), decoded now; None for a
+    control frame of the journal (`log`), checked."""
+    kind = data[start]
+    if kind == _KIND_PUBLISH:
         raise CorruptRecord("malformed record payload: short publish", offset=offset)
-    if data[start] in codec.CONTROL_KINDS:
-        raise CorruptRecord("a control frame among a batch's records", offset=offset)
     try:
-        record = codec.decode_payload(data[start:stop])
+        if kind in codec.CONTROL_KINDS:
+            if not log:
+                raise CorruptRecord("a control frame among a batch's records")
+            codec.decode_control(data[start:stop])
+            return None
+        return codec.decode_payload(data[start:stop])
     except CorruptRecord as exc:
         raise CorruptRecord(exc.message, offset=offset) from None
-    frames.others[len(frames.offsets)] = record
-    frames.offsets.append(offset)
-    frames.heads.append((MAGIC, 0, stop - start, data[start], record.txid, record.timestamp_us,
-                         0, 0, record.origin_txid, 0, 0, 0, 0, 0))  # fmt: skip
-    frames.names.append(("", record.origin_instance, record.origin_group))
-    return record.txid
 
 
 class ReceivedRun:
@@ -309,3 +379,76 @@ class ReceivedRun:
                 zip(self.indices, self.timestamps, strict=True)
             )
         ]
+
+
+class ChosenFrames(Sequence[Record]):
+    """Frames `indices` of a `ReceivedFrames` read from the local journal, some of them
+    `replaced` by another record (by index): what a link sends of one read, shipped as the
+    frames as read (`parts`) and built into records only if asked."""
+
+    __slots__ = ("frames", "indices", "replaced")
+
+    def __init__(
+        self, frames: ReceivedFrames, indices: Sequence[int], replaced: dict[int, Record]
+    ) -> None:
+        self.frames = frames
+        self.indices = indices
+        self.replaced = replaced
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | Sequence[Record]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        chosen = self.indices[index]
+        replaced = self.replaced.get(chosen)
+        return replaced if replaced is not None else self.frames[chosen]
+
+    def __iter__(self) -> Iterator[Record]:
+        for index in range(len(self.indices)):
+            yield self[index]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def parts(self) -> list[bytes]:
+        """The chosen records' frames, in order: slices of the read, one per run of frames
+        that follow each other there (a commit's, usually), and each replaced record encoded."""
+        frames, indices, replaced = self.frames, self.indices, self.replaced
+        if not replaced and type(indices) is range and indices.start == 0 and indices.step == 1:
+            return frames.runs(len(indices))
+        offsets, heads, data, breaks = frames.offsets, frames.heads, frames.data, set(frames.breaks)
+        out: list[bytes] = []
+        start = end = -1  # the run of frames being gathered: data[start:end]
+        previous = -2
+        for index in indices:
+            record = replaced.get(index)
+            if record is not None:
+                if start >= 0:
+                    out.append(data[start:end])
+                    start = -1
+                out.append(codec.encode(record))
+                previous = -2
+                continue
+            if start >= 0 and index == previous + 1 and index not in breaks:
+                end = offsets[index] + _size(heads[index])
+            else:
+                if start >= 0:
+                    out.append(data[start:end])
+                start = offsets[index]
+                end = start + _size(heads[index])
+            previous = index
+        if start >= 0:
+            out.append(data[start:end])
+        return out
