@@ -11,7 +11,7 @@ protobuf copied them into upb and serialising it copied them out again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from amps.errors import CorruptRecord
 from amps.log import codec
@@ -119,7 +119,9 @@ def _queue_from_pb(queue: pb.QueueDigest) -> QueueDigest:
     )
 
 
-def _record_parts(batch: Batch, kept: tuple[Mapping[int, bytes], ...]) -> list[bytes]:
+def _record_parts(
+    batch: Batch, kept: tuple[Mapping[int, bytes], ...]
+) -> Sequence[bytes | memoryview]:
     """The batch's record frames, in order, in as few pieces as they come."""
     records = batch.records
     if type(records) is ChosenFrames:

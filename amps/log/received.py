@@ -126,18 +126,18 @@ class ReceivedFrames(Sequence[Record]):
         offset = self.offsets[index]
         return self.data[offset : offset + _size(self.heads[index])]
 
-    def runs(self, count: int) -> list[bytes]:
-        """The first `count` frames' bytes, in order, as few slices of `data` as they are
-        contiguous: a journal's commit is one slice (what a link ships as read)."""
-        offsets, heads, data = self.offsets, self.heads, self.data
-        out: list[bytes] = []
+    def runs(self, count: int) -> list[memoryview]:
+        """The first `count` frames' bytes, in order, as few views of `data` as they are
+        contiguous: a journal's commit is one view (what a link ships as read, joined once)."""
+        offsets, heads, view = self.offsets, self.heads, memoryview(self.data)
+        out: list[memoryview] = []
         first = 0
         for index in sorted(set(self.breaks)):
             if first < index < count:
-                out.append(data[offsets[first] : offsets[index - 1] + _size(heads[index - 1])])
+                out.append(view[offsets[first] : offsets[index - 1] + _size(heads[index - 1])])
                 first = index
         if first < count:
-            out.append(data[offsets[first] : offsets[count - 1] + _size(heads[count - 1])])
+            out.append(view[offsets[first] : offsets[count - 1] + _size(heads[count - 1])])
         return out
 
     def publish(self, index: int, txid: int, timestamp_us: int) -> PublishRecord:
@@ -422,14 +422,15 @@ class ChosenFrames(Sequence[Record]):
 
     __hash__ = None  # type: ignore[assignment]
 
-    def parts(self) -> list[bytes]:
-        """The chosen records' frames, in order: slices of the read, one per run of frames
+    def parts(self) -> list[bytes | memoryview]:
+        """The chosen records' frames, in order: views of the read, one per run of frames
         that follow each other there (a commit's, usually), and each replaced record encoded."""
         frames, indices, replaced = self.frames, self.indices, self.replaced
         if not replaced and type(indices) is range and indices.start == 0 and indices.step == 1:
-            return frames.runs(len(indices))
-        offsets, heads, data, breaks = frames.offsets, frames.heads, frames.data, set(frames.breaks)
-        out: list[bytes] = []
+            return list(frames.runs(len(indices)))
+        offsets, heads, breaks = frames.offsets, frames.heads, set(frames.breaks)
+        data = memoryview(frames.data)
+        out: list[bytes | memoryview] = []
         start = end = -1  # the run of frames being gathered: data[start:end]
         previous = -2
         for index in indices:

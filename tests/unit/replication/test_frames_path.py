@@ -164,7 +164,7 @@ async def test_a_commit_ships_as_one_run_of_the_bytes_read(tmp_path: Path) -> No
         assert type(records) is ChosenFrames
         parts = records.parts()
         assert b"".join(parts) == b"".join(codec.encode(r) for r in records)
-        assert [len(codec.decode(part)[0]) for part in parts] == [10, 10, 10]
+        assert [len(codec.decode(bytes(part))[0]) for part in parts] == [10, 10, 10]
     finally:
         await journal.close()
 
