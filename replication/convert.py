@@ -12,6 +12,7 @@ protobuf copied them into upb and serialising it copied them out again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from amps.errors import CorruptRecord
 from amps.log import codec
@@ -172,19 +173,84 @@ def _framed(record: Record, kept: tuple[Mapping[int, bytes], ...]) -> bytes:
     return codec.encode(record)
 
 
-def from_pb(message: pb.LinkFrame) -> Frame:
-    """The frame a protobuf LinkFrame carries; BadFrame when it carries nothing usable."""
+@dataclass(frozen=True, slots=True)
+class WireBatch:
+    """A LinkFrame carrying a batch, read from its bytes by `decode_link_frame`."""
+
+    batch_id: int
+    through_txid: int
+    records: bytes
+    record_count: int
+
+
+_U64_MAX = (1 << 64) - 1
+_U32_MAX = (1 << 32) - 1
+
+
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]  # IndexError at the end: not the usual layout
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+        if shift >= 70:
+            raise ValueError("a varint longer than ten bytes")
+
+
+def decode_link_frame(data: bytes) -> pb.LinkFrame | WireBatch:
+    """The streams' deserializer: a batch laid out as `encode_batch` or protobuf lays it out is
+    read from the bytes, its records sliced once (protobuf copied them into upb, and reading
+    the field copied them out again); anything else is parsed by protobuf, which also says why
+    bytes do not parse."""
+    try:
+        if data[:1] == _LINK_BATCH:
+            batch = _read_batch(data)
+            if batch is not None:
+                return batch
+    except (IndexError, ValueError):
+        pass
+    return pb.LinkFrame.FromString(data)
+
+
+def _read_batch(data: bytes) -> WireBatch | None:
+    """The batch of a LinkFrame made of its `batch` field alone, with only the Batch fields of
+    their declared types; None for any other layout (protobuf reads it then)."""
+    size, position = _read_varint(data, len(_LINK_BATCH))
+    if position + size != len(data):
+        return None
+    values = {_BATCH_ID: 0, _THROUGH_TXID: 0, _RECORD_COUNT: 0}
+    records = b""
+    while position < len(data):
+        tag = data[position : position + 1]
+        if tag == _RECORDS:
+            length, position = _read_varint(data, position + 1)
+            if position + length > len(data):
+                return None
+            records = data[position : position + length]
+            position += length
+        elif tag in values:
+            values[tag], position = _read_varint(data, position + 1)
+        else:
+            return None
+    if max(values[_BATCH_ID], values[_THROUGH_TXID]) > _U64_MAX or values[_RECORD_COUNT] > _U32_MAX:
+        return None
+    return WireBatch(values[_BATCH_ID], values[_THROUGH_TXID], records, values[_RECORD_COUNT])
+
+
+def from_pb(message: pb.LinkFrame | WireBatch) -> Frame:
+    """The frame a protobuf LinkFrame (or a batch read from one) carries; BadFrame when it
+    carries nothing usable."""
+    if type(message) is WireBatch:
+        return _batch(message.batch_id, message.through_txid, message.records, message.record_count)
+    assert isinstance(message, pb.LinkFrame)
     kind = message.WhichOneof("body")
     if kind == "batch":
         batch = message.batch
-        data = batch.records  # each read of the field copies the bytes out of upb: read it once
-        try:
-            records = scan(data)  # checked, not built: the receiver appends the frames
-        except CorruptRecord as exc:
-            raise BadFrame(f"a batch with a damaged record: {exc.message}") from None
-        if len(records) != batch.record_count:
-            raise BadFrame("a batch whose records do not match its record_count")
-        return Batch(batch.batch_id, batch.through_txid, records)
+        # Each read of the field copies the bytes out of upb: read it once.
+        return _batch(batch.batch_id, batch.through_txid, batch.records, batch.record_count)
     if kind == "ack":
         return Ack(message.ack.through_txid)
     if kind == "heartbeat":
@@ -228,6 +294,16 @@ def from_pb(message: pb.LinkFrame) -> Frame:
             positions=_positions_from_pb(hello.positions),
         )
     raise BadFrame("an empty LinkFrame")
+
+
+def _batch(batch_id: int, through_txid: int, data: bytes, record_count: int) -> Batch:
+    try:
+        records = scan(data)  # checked, not built: the receiver appends the frames
+    except CorruptRecord as exc:
+        raise BadFrame(f"a batch with a damaged record: {exc.message}") from None
+    if len(records) != record_count:
+        raise BadFrame("a batch whose records do not match its record_count")
+    return Batch(batch_id, through_txid, records)
 
 
 def _positions_to_pb(positions: Iterable[OriginPosition]) -> list[pb.OriginPosition]:

@@ -30,7 +30,14 @@ from amps.security.reload import ReloadableChannelTls, ReloadableServerTls
 from amps.v1 import replication_pb2 as pb
 from amps.v1 import replication_pb2_grpc as pb_grpc
 from replication.admission import Admission
-from replication.convert import BadFrame, encode_batch, from_pb, to_pb
+from replication.convert import (
+    BadFrame,
+    WireBatch,
+    decode_link_frame,
+    encode_batch,
+    from_pb,
+    to_pb,
+)
 from replication.downgrade import sync_decisions
 from replication.frames import Ack, Batch, Hello, OriginPosition, Refusal, TransferRequest
 from replication.link_core import (
@@ -92,7 +99,7 @@ _LINK_METHOD = "Link"
 
 def _serialize(message: Outgoing) -> bytes:
     """The streams' serializer: bytes pass through (a batch is written once, by encode_batch,
-    not built as a protobuf and serialised again)."""
+    not built as a protobuf and serialised again); `decode_link_frame` reads them."""
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
@@ -249,7 +256,7 @@ class Replicator:
             handlers = {
                 _LINK_METHOD: grpc.stream_stream_rpc_method_handler(
                     servicer.Link,
-                    request_deserializer=pb.LinkFrame.FromString,
+                    request_deserializer=decode_link_frame,
                     response_serializer=_serialize,
                 )
             }
@@ -564,7 +571,7 @@ class Replicator:
                         link = ch.stream_stream(
                             f"/{_SERVICE}/{_LINK_METHOD}",
                             request_serializer=_serialize,
-                            response_deserializer=pb.LinkFrame.FromString,
+                            response_deserializer=decode_link_frame,
                         )
                         await self._run(core, link(), dialled=True)
                 except (grpc.aio.AioRpcError, OSError) as exc:
@@ -579,7 +586,7 @@ class Replicator:
     async def accept(self, stream: _Stream) -> None:
         """An incoming stream: its first frame must be the dialler's Hello."""
         first = await stream.read()
-        if not isinstance(first, pb.LinkFrame):
+        if not isinstance(first, (pb.LinkFrame, WireBatch)):
             return
         try:
             hello = from_pb(first)
@@ -644,7 +651,7 @@ class Replicator:
         stream = session.stream
         while True:
             message = await stream.read()
-            if not isinstance(message, pb.LinkFrame):
+            if not isinstance(message, (pb.LinkFrame, WireBatch)):
                 return  # end of stream
             try:
                 frame = from_pb(message)

@@ -267,7 +267,11 @@ class Instance:
         discarded: list[int] = []
         fresh = self.publishing.admit_received(frames.heads, discarded)
         if discarded:
-            self.queues.republished([frames.publish(index, 0, 0) for index in discarded])
+            # A record only for a queue's copy: in a triangle every publish arrives twice.
+            hears, names = self.queues.hears_republished, frames.names
+            copies = [frames.publish(i, 0, 0) for i in discarded if hears(names[i][0])]
+            if copies:
+                self.queues.republished(copies)
         if not fresh:
             return
         run = self.journal.append_received(frames, fresh)

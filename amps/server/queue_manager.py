@@ -176,15 +176,21 @@ class QueueManager:
             instance.when_durable(self._apply_durable)
         self._to_apply.append((driver, replace(record, txid=instance.journal.last_txid)))
 
+    def hears_republished(self, topic: str) -> bool:
+        """Whether a peer's publish on `topic` discarded as a duplicate matters here
+        (`republished`): only a replicated queue of that name hears of it."""
+        driver = self.drivers.get(topic)
+        return driver is not None and driver.replica is not None
+
     def republished(self, copies: Sequence[PublishRecord]) -> None:
         """Issue 9: peers' publishes discarded here as duplicates (L4) of copies logged here. A
         replicated `Queue` hears their origins once its own copy reached it (after what was
         appended so far is durable), and its lower origin wins (`QueueReplica.republished`)."""
         instance = self.instance
         for copy in copies:
-            driver = self.drivers.get(copy.topic)
-            if driver is None or driver.replica is None:
+            if not self.hears_republished(copy.topic):
                 continue
+            driver = self.drivers[copy.topic]
             if not self._to_apply:
                 instance.when_durable(self._apply_durable)
             self._to_apply.append((driver, replace(copy, txid=instance.journal.last_txid)))
