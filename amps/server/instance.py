@@ -229,8 +229,13 @@ class Instance:
         """Append what a peer replicated under local txids, origin kept; the same publisher
         de-duplication as a local publish (L4), so a republish after failover adds nothing.
         Runs of publishes go to the journal in one call each (a batch is usually one run)."""
-        if type(records) is ReceivedFrames and records.only_publishes:
-            self._append_received(records)  # the usual batch: frames restamped, no records
+        if type(records) is ReceivedFrames:
+            # Frames restamped, no publish record built: the usual batch is publishes only; a
+            # replicated queue's batches carry the owner's removal records between them.
+            if records.only_publishes:
+                self._append_received(records)
+            else:
+                self._append_received_mixed(records)
             self._commit_wanted.set()
             return
         run: list[PublishRecord] = []
@@ -263,9 +268,28 @@ class Instance:
             counts[topic] = counts.get(topic, 0) + 1
             sizes[topic] = sizes.get(topic, 0) + len(record.data)
 
-    def _append_received(self, frames: ReceivedFrames) -> None:
+    def _append_received_mixed(self, frames: ReceivedFrames) -> None:
+        """A batch with queue or transfer records: each run of publishes between them as
+        frames, each other record in its place (as `append_replicated` does with records)."""
+        start = 0
+        for index, record in sorted(frames.others.items()):
+            if index > start:
+                self._append_received(frames, range(start, index))
+            assert not isinstance(record, PublishRecord)
+            self.queues.replicated_record(record)
+            start = index + 1
+        if start < len(frames):
+            self._append_received(frames, range(start, len(frames)))
+
+    def _append_received(self, frames: ReceivedFrames, indices: range | None = None) -> None:
+        """The publishes of `frames` (`indices`, all of them if None) that are new here."""
         discarded: list[int] = []
-        fresh = self.publishing.admit_received(frames.heads, discarded)
+        if indices is None:
+            fresh = self.publishing.admit_received(frames.heads, discarded)
+        else:
+            heads = frames.heads[indices.start : indices.stop]
+            fresh = [indices[k] for k in self.publishing.admit_received(heads, discarded)]
+            discarded = [indices[k] for k in discarded]
         if discarded:
             # A record only for a queue's copy: in a triangle every publish arrives twice.
             hears, names = self.queues.hears_republished, frames.names
