@@ -124,8 +124,10 @@ def remove_recovered(
     """Replay many removals by txid at once: the same end state as one `on_message_removed`
     each, with one tight loop over the rows and the counts and the table head fixed up once.
 
-    Plain rows (AVAILABLE never delivered, or INACTIVE; no barrier) are marked here; any
-    other row (leased, returned, delivered, a barrier) goes through `QueueState.remove`.
+    Plain rows (AVAILABLE never delivered, or INACTIVE; no barrier; or AVAILABLE and owned by
+    another instance, in no list: a peer's copy that its owner's acks remove, R2) are marked
+    here; any other row (leased, returned, delivered, a barrier) goes through
+    `QueueState.remove`.
     """
     table = state.table
     rows = table.txid
@@ -139,7 +141,7 @@ def remove_recovered(
     count = len(rows)
     fresh_left: dict[int, int] = {}  # priority -> fresh rows removed here
     gone: set[int] = set()  # txids of the fresh rows removed here
-    fresh = inactive = 0
+    fresh = inactive = elsewhere = 0
     for txid in txids:
         if sent and txid in sent:
             state.release_sent(txid)  # as on_message_removed does
@@ -154,6 +156,10 @@ def remove_recovered(
         if kind == INACTIVE and not flags[slot] & BARRIER:
             row_state[slot] = REMOVED
             inactive += 1
+        elif kind == AVAILABLE and flags[slot] & _SLOW_FLAGS == ELSEWHERE:
+            row_state[slot] = REMOVED
+            flags[slot] ^= ELSEWHERE
+            elsewhere += 1
         elif kind == AVAILABLE and not flags[slot] & _SLOW_FLAGS and not delivered[slot]:
             row_state[slot] = REMOVED
             gone.add(txid)
@@ -166,7 +172,7 @@ def remove_recovered(
             state.remove(slot, reason, actions, expire_reasons, record=False)
     if fresh:
         fresh_left[0] = fresh
-    removed = inactive + sum(fresh_left.values())
+    removed = inactive + elsewhere + sum(fresh_left.values())
     if not removed:
         return
     table.removed_count += removed
@@ -175,7 +181,8 @@ def remove_recovered(
         head += 1
     table.head = head
     state.inactive_count -= inactive
-    state.active_count -= removed - inactive
+    state.elsewhere_count -= elsewhere
+    state.active_count -= removed - inactive - elsewhere
     state.removals_since_check += removed
     state._count_removal(reason, expire_reasons, removed)
     for level_priority, left in fresh_left.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +20,7 @@ from amps.queue import (
     RemovalReason,
     Unsubscribed,
 )
-from amps.queue.events import Event, MessageRemoved
+from amps.queue.events import Event, MessageRemoved, OwnershipMoved
 from tests.unit.queue.helpers import PUBLISHER, bookmarks, published, subscribed
 
 REASONS = [
@@ -45,6 +47,7 @@ def scenarios(draw: st.DrawFn) -> tuple[QueuePolicy, list[tuple[int, Event]], in
         target_queue_depth=draw(st.sampled_from([2, 40])) if extra == "depth" else None,
     )
     count = draw(st.sampled_from([5, 30, 1500]))
+    elsewhere = draw(st.booleans())  # a replicated queue: some messages owned elsewhere
     events: list[tuple[int, Event]] = []
     now_ms = 0
     for txid in range(1, count + 1):
@@ -54,7 +57,10 @@ def scenarios(draw: st.DrawFn) -> tuple[QueuePolicy, list[tuple[int, Event]], in
             continue
         priority = draw(st.integers(0, 2)) if policy.has_priority else 0
         barrier = policy.has_barrier and draw(st.integers(0, 7)) == 0
-        events.append((now_ms, published(txid, now_ms, priority=priority, barrier=barrier)))
+        event = published(txid, now_ms, priority=priority, barrier=barrier)
+        if elsewhere and not barrier and draw(st.integers(0, 2)) == 0:
+            event = replace(event, elsewhere=True)  # a peer's copy, owned by another (R2)
+        events.append((now_ms, event))
     # Leases, returned and delivered rows; at-most-once: sent messages whose subscription is
     # still there (replication replays removals with live subscriptions, Q7).
     if draw(st.booleans()):
@@ -64,6 +70,10 @@ def scenarios(draw: st.DrawFn) -> tuple[QueuePolicy, list[tuple[int, Event]], in
         events.append((now_ms, Acked("c1", bookmarks(1, 2, 3), AckOption.CANCEL)))
         if draw(st.booleans()):
             events.append((now_ms, Unsubscribed("b", "c2")))
+    if elsewhere:  # granted away, leased here or not (R5), and one granted back
+        moved = draw(st.lists(st.integers(1, 8), max_size=4))
+        events += [(now_ms, OwnershipMoved((PUBLISHER, t), owned_here=False)) for t in moved]
+        events.append((now_ms, OwnershipMoved((PUBLISHER, 2), owned_here=True)))
     now_ms += draw(st.sampled_from([0, 10, 600]))
     return policy, events, now_ms
 
