@@ -6,9 +6,10 @@ message arriving to its ack arriving). A median, not a mean: one stalled consume
 lease would drag a mean far up and stop every transfer; a median ignores a few such outliers.
 A window, not all history: it follows the owner's consumers as load changes, within `window`
 acks. Until `min_samples` acks arrived the configured default is used (an owner with no
-consumers produces no acks, and its messages must still move). Memory is bounded: the window,
-and at most `max_tracked` arrivals waiting for their ack (the oldest is dropped first, so a
-message that is never acked here, for example one that expired, does not stay forever).
+consumers produces no acks, and its messages must still move). Memory is bounded: the window.
+The arrivals are not kept here: the queue's glue knows when each waiting message arrived
+(`replication/queue_replica.py`) and hands in the waits of the messages a replicated ack
+removed, a step's worth at once.
 
 The owner's answers teach it too. A granted request shows the owner had no local subscriber
 that could take a message that waited that long (R5): the wait halves, down to `min_ms`. An
@@ -21,8 +22,8 @@ take a message from the owner's own subscribers: it refuses while one of them ca
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from collections.abc import Hashable, Sequence
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -33,13 +34,11 @@ class LatencyOptions:
     default_ms: int = 1_000
     window: int = 64
     min_samples: int = 8
-    max_tracked: int = 65_536
     min_ms: int = 1
     max_ms: int = 60_000
 
     def __post_init__(self) -> None:
         assert 0 < self.min_samples <= self.window
-        assert self.max_tracked > 0
         assert 0 <= self.min_ms <= self.default_ms <= self.max_ms
 
 
@@ -48,7 +47,6 @@ class TransferLatency:
 
     def __init__(self, options: LatencyOptions) -> None:
         self.options = options
-        self._arrived_ms: OrderedDict[Hashable, int] = OrderedDict()
         self._samples: deque[int] = deque(maxlen=options.window)
         self._estimate_ms = options.default_ms
         self._stale = False
@@ -57,30 +55,14 @@ class TransferLatency:
         # time above applies.
         self._learned_ms: int | None = None
 
-    def arrived(self, key: Hashable, now_ms: int) -> None:
-        """A replicated message of this owner arrived here."""
-        self._arrived_ms[key] = now_ms
-        if len(self._arrived_ms) > self.options.max_tracked:
-            self._arrived_ms.popitem(last=False)
-
-    def arrived_many(self, keys: Sequence[Hashable], now_ms: int) -> None:
-        """`arrived` for each key in turn (only the newest `max_tracked` can stay tracked)."""
-        self._arrived_ms.update(dict.fromkeys(keys[-self.options.max_tracked :], now_ms))
-        while len(self._arrived_ms) > self.options.max_tracked:
-            self._arrived_ms.popitem(last=False)
-
-    def acked(self, key: Hashable, now_ms: int) -> None:
-        """Its replicated ack arrived: one sample, if its arrival was tracked."""
-        arrived_ms = self._arrived_ms.pop(key, None)
-        if arrived_ms is None:
+    def acked_after(self, waits_ms: Sequence[int]) -> None:
+        """Replicated acks arrived for messages of this owner that waited here `waits_ms`
+        (each from its arrival to its ack): one sample each (only the newest fit the window)."""
+        if not waits_ms:
             return
-        self._samples.append(max(0, now_ms - arrived_ms))
-        self.samples_total += 1
+        self._samples.extend(waits_ms[-self.options.window :])
+        self.samples_total += len(waits_ms)
         self._stale = True  # the median is taken when it is read (acks outnumber reads)
-
-    def forget(self, key: Hashable) -> None:
-        """The message left without an ack here (expired, or owned here): no sample."""
-        self._arrived_ms.pop(key, None)
 
     def granted(self) -> None:
         """A request of ours was granted: the owner had no local taker for it. Ask sooner."""
@@ -112,9 +94,6 @@ class TransferLatency:
     def waited_long_enough(self, arrived_ms: int, now_ms: int) -> bool:
         """R4's time condition for a message that arrived here at `arrived_ms`."""
         return now_ms - arrived_ms > self.estimate_ms()
-
-    def tracked(self) -> int:
-        return len(self._arrived_ms)
 
 
 class TransferLatencies:

@@ -47,6 +47,7 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
+from itertools import repeat
 from operator import attrgetter, itemgetter
 
 from amps.errors import OwnershipProtocolError
@@ -309,6 +310,7 @@ class Ownership:
         # A restore shares one entry among the messages of equal (state, owner, epoch), so it
         # builds no object per message; a shared entry is copied before it changes.
         self._shared: dict[int, _Entry] = {}  # id -> entry, kept alive so ids stay unique
+        self._plain: dict[tuple[OwnershipState, str], _Entry] = {}  # enter_many's, shared
         self._owned = 0
         self._transferred_in = 0
         self._transferred_out = 0
@@ -418,7 +420,13 @@ class Ownership:
         assert owner
         here = owner == self.here
         state = S.OWNED_HERE if here else S.OWNED_ELSEWHERE
-        entries.update(zip(keys, [_Entry(state, owner, 0) for _ in keys], strict=True))
+        # One entry shared by every message entered alike (copied before one changes, as a
+        # restore shares them): no object per message.
+        entry = self._plain.get((state, owner))
+        if entry is None:
+            entry = self._plain[(state, owner)] = _Entry(state, owner, 0)
+            self._shared[id(entry)] = entry
+        entries.update(zip(keys, repeat(entry)))
         if here:
             self._owned += len(keys)
         return True
@@ -437,6 +445,26 @@ class Ownership:
             return
         removed[key] = None
         if len(removed) > self._max_removed:
+            removed.popitem(last=False)
+
+    def remove_many(self, keys: list[MessageKey]) -> None:
+        """`remove(key)` of each key, in bulk when none is removed already and none appears
+        twice (the usual step of acks)."""
+        removed = self._removed
+        if (
+            self._early
+            or (removed and not removed.keys().isdisjoint(keys))
+            or len(set(keys)) != len(keys)
+        ):
+            for key in keys:
+                self.remove(key)
+            return
+        popped = list(map(self._entries.pop, keys, repeat(None)))
+        if self._owned:
+            states = list(map(attrgetter("state"), filter(None, popped)))
+            self._owned -= states.count(S.OWNED_HERE) + states.count(S.CLAIMED_BY_PROXY)
+        removed.update(dict.fromkeys(keys))
+        for _ in range(len(removed) - self._max_removed):
             removed.popitem(last=False)
 
     def next_deadline_ms(self) -> int | None:

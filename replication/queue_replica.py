@@ -192,11 +192,9 @@ class QueueReplica:
         owners, epochs = found
         if any(epochs):
             owners = [o if not e else "" for o, e in zip(owners, epochs, strict=True)]
-        tracked = owners
-        waiting = dict(zip(keys, zip(elsewhere, repeat(now_ms), tracked), strict=True))
-        for owner in set(tracked) - {""}:
-            mine = list(compress(keys, map(owner.__eq__, tracked)))
-            replica.latencies.of(owner).arrived_many(mine, now_ms)
+        waiting = dict(zip(keys, zip(elsewhere, repeat(now_ms), owners), strict=True))
+        for owner in set(owners) - {""}:
+            replica.latencies.of(owner)  # listed from now on, as an arrival lists it
         replica._waiting = waiting
         return replica
 
@@ -283,7 +281,7 @@ class QueueReplica:
                 current = ownership.owner_of(key)
                 assert current is not None
                 self._waiting[key] = (message.txid, now_ms, current[0])
-                self.latencies.of(current[0]).arrived(key, now_ms)
+                self.latencies.of(current[0])  # its estimator, listed from the first message
         out: list[ReplicaAction] = []
         self._engine_actions(self.engine.handle_many(entering, now_ms), now_ms, out)
         self._request_waiting(now_ms, out)
@@ -319,7 +317,7 @@ class QueueReplica:
         elsewhere = owner != self.here
         if elsewhere:
             self._waiting.update(zip(keys, zip(txids, repeat(now_ms), repeat(owner)), strict=True))
-            self.latencies.of(owner).arrived_many(keys, now_ms)
+            self.latencies.of(owner)  # its estimator, listed from the first message
         actions = engine.publish_plain(
             txids, publisher_ids, seqs, timestamps_ms, now_ms, elsewhere=elsewhere
         )
@@ -519,42 +517,72 @@ class QueueReplica:
         one's txid in the queue here, or None (none at all without ownership)."""
         if not self.tracks_ownership:
             return []
-        engine = self.engine
-        found: list[int | None] = []
-        for key in keys:
-            asked = self._asked.pop(key, None)
-            if asked is not None and sample:
-                # It left elsewhere while we asked: the owner kept it for its own consumer
-                # (a refusal, learned before the request times out).
-                owner = self.ownership.owner_of(key)
-                if owner is not None:
-                    self.latencies.of(owner[0]).refused()
-            waited = asked or self._waiting.pop(key, None)
-            if waited is not None and waited[2]:
-                latency = self.latencies.of(waited[2])
-                if sample:
-                    latency.acked(key, now_ms)
-                else:
-                    latency.forget(key)
-            # A waiting or asked-for message is in the queue under the txid it waits with.
-            txid = engine.txid_of(key) if waited is None else waited[0]
+        asked = self._asked
+        if asked and not asked.keys().isdisjoint(keys):
+            return [self._removed_one(key, now_ms, sample) for key in keys]
+        # The usual step (a peer's acks of messages that wait here): in bulk.
+        waited = list(map(self._waiting.pop, keys, repeat(None)))
+        if sample:
+            self._sample(waited, now_ms)
+        txid_of = self.engine.txid_of
+        txids = [
+            txid_of(key) if found is None else found[0]
+            for key, found in zip(keys, waited, strict=True)
+        ]
+        key_of = self._key_of
+        for txid in txids:
             if txid is not None:
-                self._key_of.pop(txid, None)
-            found.append(txid)
-            self.ownership.remove(key)
-        return found
+                key_of.pop(txid, None)
+        self.ownership.remove_many(keys)
+        return txids
+
+    def _removed_one(self, key: MessageKey, now_ms: int, sample: bool) -> int | None:
+        """`_removed_silently` of one message, which may be one we asked for."""
+        asked = self._asked.pop(key, None)
+        if asked is not None and sample:
+            # It left elsewhere while we asked: the owner kept it for its own consumer
+            # (a refusal, learned before the request times out).
+            owner = self.ownership.owner_of(key)
+            if owner is not None:
+                self.latencies.of(owner[0]).refused()
+        waited = asked or self._waiting.pop(key, None)
+        if sample:
+            self._sample([waited], now_ms)
+        # A waiting or asked-for message is in the queue under the txid it waits with.
+        txid = self.engine.txid_of(key) if waited is None else waited[0]
+        if txid is not None:
+            self._key_of.pop(txid, None)
+        self.ownership.remove(key)
+        return txid
+
+    def _sample(self, waited: list[tuple[int, int, str] | None], now_ms: int) -> None:
+        """R4: the waits of messages a replicated ack removed, to their owners' estimators
+        (one owner per step, usually); a message whose wait no estimator tracks ("") none."""
+        owners = {found[2] for found in waited if found is not None}
+        owners.discard("")
+        for owner in owners:
+            waits = [
+                max(0, now_ms - found[1])
+                for found in waited
+                if found is not None and found[2] == owner
+            ]
+            self.latencies.of(owner).acked_after(waits)
 
     def _engine_actions(
         self, actions: list[EngineAction], now_ms: int, out: list[ReplicaAction]
     ) -> None:
         """Pass the engine's actions on; a message that left tells the ownership machine."""
         if self.tracks_ownership:
-            for action in actions:
-                if type(action) is RecordRemoval:
-                    key = self._key_of.pop(action.txid, None)
-                    if key is not None:
+            pop = self._key_of.pop
+            found = [pop(a.txid, None) for a in actions if type(a) is RecordRemoval]
+            if None in found:
+                found = [key for key in found if key is not None]
+            keys = cast("list[MessageKey]", found)
+            if keys:
+                if self._waiting or self._asked:
+                    for key in keys:
                         self._forget(key)
-                        self.ownership.remove(key)
+                self.ownership.remove_many(keys)
         out.extend(actions)
 
     def _ownership_actions(
@@ -603,9 +631,9 @@ class QueueReplica:
             self._waiting[key] = (txid, now_ms, "")
 
     def _forget(self, key: MessageKey) -> None:
-        waited = self._asked.pop(key, None) or self._waiting.pop(key, None)
-        if waited is not None and waited[2]:
-            self.latencies.of(waited[2]).forget(key)
+        """The message waits here no longer (owned here now, or gone)."""
+        if self._asked.pop(key, None) is None:
+            self._waiting.pop(key, None)
 
     def _settle_asked(self, key: MessageKey) -> None:
         """The machine handled an event for `key`: if it was asked for and the request is

@@ -63,7 +63,7 @@ POLICY = QueuePolicy(
     has_barrier=True,
 )
 REQUEST_TIMEOUT_MS = 40
-LATENCY = LatencyOptions(default_ms=20, window=16, min_samples=4, max_tracked=1_024, max_ms=200)
+LATENCY = LatencyOptions(default_ms=20, window=16, min_samples=4, max_ms=200)
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from replication.latency import LatencyOptions, TransferLatencies, TransferLatency
 
-OPTIONS = LatencyOptions(default_ms=500, window=8, min_samples=4, max_tracked=16, max_ms=10_000)
+OPTIONS = LatencyOptions(default_ms=500, window=8, min_samples=4, max_ms=10_000)
 
 
-def sample(estimator: TransferLatency, key: int, wait_ms: int, at_ms: int = 0) -> None:
-    estimator.arrived(key, at_ms)
-    estimator.acked(key, at_ms + wait_ms)
+def sample(estimator: TransferLatency, key: int, wait_ms: int) -> None:
+    """The replicated ack of message `key`, which waited `wait_ms` here."""
+    del key  # the estimator keeps waits, not messages
+    estimator.acked_after([wait_ms])
 
 
 def test_starts_from_the_default_until_enough_samples() -> None:
@@ -40,15 +41,14 @@ def test_it_follows_a_change_of_load_within_the_window() -> None:
     assert estimator.estimate_ms() == 300
 
 
-def test_memory_is_bounded_and_unacked_arrivals_age_out() -> None:
+def test_memory_is_the_window_and_a_steps_acks_are_one_call() -> None:
+    """A step's replicated acks come in at once; only the newest `window` waits are kept."""
     estimator = TransferLatency(OPTIONS)
-    for key in range(100):
-        estimator.arrived(key, key)
-    assert estimator.tracked() == 16
-    estimator.acked(0, 1_000)  # dropped long ago: no sample
-    assert estimator.samples_total == 0
-    estimator.forget(99)
-    assert estimator.tracked() == 15
+    estimator.acked_after([])
+    assert estimator.estimate_ms() == 500
+    estimator.acked_after([9_000] * 100 + [5, 6, 7, 8, 9, 10, 11, 12])
+    assert estimator.samples_total == 108
+    assert estimator.estimate_ms() == 9  # the median of the last 8: the 9,000s are gone
 
 
 def test_the_estimate_is_clamped() -> None:

@@ -226,3 +226,37 @@ def test_the_state_diagram_is_current() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.main(["--check"]) == 0
+
+
+def test_bulk_enter_and_remove_leave_what_one_at_a_time_leaves() -> None:
+    """`enter_many` (one entry shared by messages entered alike) and `remove_many` against
+    `enter` and `remove` of each key: same states, counts and snapshot, also for a key removed
+    twice, an early record, and a shared entry that a later request changes."""
+    from replication.ownership import Ownership
+
+    machines = [Ownership("b", request_timeout_ms=TIMEOUT_MS, max_removed_remembered=5)
+                for _ in range(2)]  # fmt: skip
+    bulk, single = machines
+    mine, theirs = [(1, s) for s in range(1, 6)], [(2, s) for s in range(1, 6)]
+    assert bulk.enter_many(mine, "b")
+    assert bulk.enter_many(theirs, "a")
+    for key in mine:
+        single.enter(key, "b")
+    for key in theirs:
+        single.enter(key, "a")
+    for machine in machines:
+        machine.handle(TakerWaiting((2, 1)), 0)  # changes one message of a shared entry
+        machine.handle(
+            OwnershipRecorded(OwnershipRecord((9, 9), TransferKind.GRANT, "a", "b", 1)), 0
+        )
+    for keys in ([(1, 1), (2, 2), (2, 1)], [(1, 2), (1, 2), (2, 3)], [(1, 3), (9, 9)]):
+        bulk.remove_many(keys)
+        for key in keys:
+            single.remove(key)
+    for machine in machines:
+        machine.check_invariants()
+    assert bulk.snapshot() == single.snapshot()
+    assert bulk.statistics() == single.statistics()
+    assert [bulk.state_of(k) for k in mine + theirs] == [single.state_of(k) for k in mine + theirs]
+    assert bulk.state_of((2, 4)) is S.OWNED_ELSEWHERE
+    assert bulk.state_of((1, 5)) is S.OWNED_HERE
