@@ -12,6 +12,7 @@ received -> durable here. Read through the admin interface (`/amps/instance`, ke
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,73 @@ class Span:
             "mean_us": round(mean_us, 1),
             "max_us": round(self.max_ns / 1000, 1),
             "total_us": self.total_ns // 1000,
+        }
+
+
+# Histogram bucket bounds in microseconds: four per doubling from 64 us (each bound ~19 % above
+# the one before) to past ten minutes; a percentile is read as its bucket's upper bound.
+_BOUNDS_US: tuple[int, ...] = tuple(round(64 * 2 ** (k / 4)) for k in range(4 * 24))
+
+
+class Histogram:
+    """Durations in log-spaced buckets: count, mean, max and percentiles (to ~19 %), for a
+    figure whose tail matters (a replication lag target is a p99)."""
+
+    __slots__ = ("buckets", "count", "max_us", "total_us")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(_BOUNDS_US) + 1)
+        self.count = 0
+        self.total_us = 0
+        self.max_us = 0
+
+    def add_us(self, duration_us: int) -> None:
+        self.buckets[bisect_left(_BOUNDS_US, duration_us)] += 1
+        self.count += 1
+        self.total_us += duration_us
+        if duration_us > self.max_us:
+            self.max_us = duration_us
+
+    def add_since_us(self, now_us: int, timestamps_us: list[int]) -> None:
+        """One duration per timestamp, up to `now_us` (a run of records made durable)."""
+        buckets, bounds, longest = self.buckets, _BOUNDS_US, self.max_us
+        total = 0
+        for timestamp_us in timestamps_us:
+            duration_us = now_us - timestamp_us
+            buckets[bisect_left(bounds, duration_us)] += 1
+            total += duration_us
+            if duration_us > longest:
+                longest = duration_us
+        self.count += len(timestamps_us)
+        self.total_us += total
+        self.max_us = longest
+
+    def percentile_us(self, fraction: float) -> int:
+        """The upper bound of the bucket holding that fraction of the durations (0: none)."""
+        if not self.count:
+            return 0
+        rank, seen = fraction * self.count, 0
+        for index, count in enumerate(self.buckets):
+            seen += count
+            if seen >= rank and count:
+                return _BOUNDS_US[index] if index < len(_BOUNDS_US) else self.max_us
+        return self.max_us
+
+    def as_json(self) -> dict[str, Any]:
+        mean_us = self.total_us / self.count if self.count else 0.0
+        return {
+            "count": self.count,
+            "mean_us": round(mean_us, 1),
+            "max_us": self.max_us,
+            "total_us": self.total_us,
+            "p50_us": self.percentile_us(0.5),
+            "p90_us": self.percentile_us(0.9),
+            "p99_us": self.percentile_us(0.99),
+            "buckets": {
+                str(bound): count
+                for bound, count in zip((*_BOUNDS_US, "inf"), self.buckets, strict=True)
+                if count
+            },
         }
 
 
@@ -70,6 +138,10 @@ class HopStatistics:
     link_ack_wait: Span = field(default_factory=Span)
     # Replication receiver: a batch received -> durable here (its ack is queued then).
     replicated_durable: Span = field(default_factory=Span)
+    # Replication receiver: each replicated publish, its origin's timestamp (the publish
+    # accepted there) -> durable here: the issue's replication lag. Wall clocks: between two
+    # machines it includes their offset.
+    replicated_lag: Histogram = field(default_factory=Histogram)
     # Deliveries queued in the queue step of the ack that made room for them: no timer, no
     # commit between the ack and the delivery.
     deliveries_after_ack: int = 0
@@ -93,6 +165,7 @@ class HopStatistics:
             "link_write": self.link_write.as_json(),
             "link_ack_wait": self.link_ack_wait.as_json(),
             "replicated_durable": self.replicated_durable.as_json(),
+            "replicated_lag": self.replicated_lag.as_json(),
             "deliveries_after_ack": self.deliveries_after_ack,
             "deliveries_held_for_commit": self.deliveries_held_for_commit,
             "frames_idle": self.frames_idle,

@@ -442,6 +442,8 @@ class Instance:
         else:  # records only: no pass over them
             ready = latest = cast(list[PublishRecord], records[:split])
         self._undispatched = records[split:]
+        if self.replicator is not None and split:
+            self._time_replicated(records[:split])
         self.dispatched_txid = max(self.dispatched_txid, durable_txid)
         self._send_persisted_acks(durable_txid)
         if self._soon_commit is not None and self.journal.last_txid <= durable_txid:
@@ -484,6 +486,15 @@ class Instance:
         self._durable_waiters = still
         if self._undispatched or self._durable_waiters or self._durable_callbacks:
             self._commit_wanted.set()
+
+    def _time_replicated(self, items: list[PublishRecord | ReceivedRun]) -> None:
+        """Hops: each replicated publish made durable here, from its origin's timestamp."""
+        lag, now, local = self.statistics.hops.replicated_lag, now_us(), self.name
+        for item in items:
+            if type(item) is ReceivedRun:
+                lag.add_since_us(now, item.timestamps)
+            elif item.origin_instance != local:  # type: ignore[union-attr]
+                lag.add_us(now - item.timestamp_us)  # type: ignore[union-attr]
 
     def _records_of(
         self, items: list[PublishRecord | ReceivedRun]

@@ -94,6 +94,12 @@ async def test_publish_on_each_read_on_every_other_in_order_with_the_same_bookma
         hops = (await asyncio.to_thread(instance_status, mesh[name]))["hops"]
         for hop in ("link_send_wait", "link_write", "link_ack_wait", "replicated_durable"):
             assert hops[hop]["count"] > 0, (name, hop, hops)
+        # The replication lag of every publish that came from a peer, origin -> durable here:
+        # in a full mesh each instance makes the two others' publishes durable, once each.
+        lag = hops["replicated_lag"]
+        assert lag["count"] == COUNT * (len(NAMES) - 1), (name, lag)
+        assert 0 < lag["p50_us"] <= lag["p99_us"], (name, lag)
+        assert sum(lag["buckets"].values()) == lag["count"], (name, lag)
 
 
 async def test_every_instance_logs_each_link_up_whichever_side_dialled(mesh: Cluster) -> None:

@@ -1,0 +1,35 @@
+"""The hops' histogram (amps.server.hops.Histogram): the replication lag's percentiles (issue 8)."""
+
+from __future__ import annotations
+
+from amps.server.hops import Histogram
+
+
+def test_percentiles_are_the_upper_bounds_of_their_buckets_within_a_fifth() -> None:
+    histogram = Histogram()
+    for duration_us in range(1, 10_001):  # 1 us .. 10 ms, evenly
+        histogram.add_us(duration_us)
+    for fraction, exact in ((0.5, 5_000), (0.9, 9_000), (0.99, 9_900)):
+        found = histogram.percentile_us(fraction)
+        assert exact <= found <= exact * 1.2, (fraction, found)
+    summary = histogram.as_json()
+    assert summary["count"] == 10_000
+    assert summary["max_us"] == 10_000
+    assert summary["mean_us"] == 5000.5
+    assert sum(summary["buckets"].values()) == 10_000
+
+
+def test_a_run_counts_one_duration_per_timestamp() -> None:
+    one_by_one, as_run = Histogram(), Histogram()
+    timestamps = [1_000, 1_400, 9_000, 9_990]
+    for timestamp_us in timestamps:
+        one_by_one.add_us(10_000 - timestamp_us)
+    as_run.add_since_us(10_000, timestamps)
+    assert as_run.as_json() == one_by_one.as_json()
+
+
+def test_the_tail_beyond_the_last_bound_reads_as_the_maximum() -> None:
+    histogram = Histogram()
+    histogram.add_us(3_600_000_000)  # an hour behind
+    assert histogram.percentile_us(0.99) == 3_600_000_000
+    assert Histogram().percentile_us(0.5) == 0
