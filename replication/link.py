@@ -16,7 +16,6 @@ import logging
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Protocol
@@ -112,56 +111,6 @@ class _Stream(Protocol):
     async def write(self, message: Outgoing) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class OutgoingFrame:
-    """A frame for the writer: the txid a batch ends at (0: not a batch), whether it is an ack,
-    and when it was queued (perf_counter_ns)."""
-
-    message: Outgoing
-    through: int = 0
-    ack: bool = False
-    queued_ns: int = 0
-
-
-class WriterQueue:
-    """A link's frames waiting for its writer, oldest first; `None` closes the stream.
-
-    An ack followed by a later one is dropped when the writer takes it: acks are cumulative (the
-    later names the end of a later batch, and the sender takes everything up to it), so under
-    load the receiver writes one ack per turn of its writer, not one per commit. `batches`
-    counts the batches queued or being written: while it is not 0 the sender lets records
-    gather for the next batch instead of queueing one per commit behind the write in flight
-    (Replicator.log_advanced).
-    """
-
-    def __init__(self) -> None:
-        self._items: deque[OutgoingFrame | None] = deque()
-        self._ready = asyncio.Event()
-        self.batches = 0
-
-    def put(self, item: OutgoingFrame | None) -> None:
-        if item is not None and item.through:
-            self.batches += 1
-        self._items.append(item)
-        self._ready.set()
-
-    async def take(self) -> OutgoingFrame | None:
-        """The next frame to write (the latest of a run of acks), waiting for one."""
-        items = self._items
-        while not items:
-            self._ready.clear()
-            await self._ready.wait()
-        item = items.popleft()
-        while item is not None and item.ack and items and items[0] is not None and items[0].ack:
-            item = items.popleft()
-        return item
-
-    def written(self, item: OutgoingFrame) -> None:
-        """The writer is done with `item`."""
-        if item.through:
-            self.batches -= 1
-
-
 class _Session:
     """One stream attached to a core: its writer queue and generation (stale callbacks)."""
 
@@ -169,10 +118,8 @@ class _Session:
         self.core = core
         self.stream = stream
         self.generation = generation
-        self.outgoing = WriterQueue()
-        # The log advanced while a batch was with the writer: the writer steps the core once
-        # it is done with it, and one batch carries everything made durable meanwhile.
-        self.advance_deferred = False
+        # (frame, the txid a batch ends at or 0, when it was queued) or None: close
+        self.outgoing: asyncio.Queue[tuple[Outgoing, int, int] | None] = asyncio.Queue()
         self.closed = asyncio.Event()  # asked to close (or the writer ended)
         self.finished = asyncio.Event()  # detached from its core: the core is IDLE again
         self.timer: asyncio.TimerHandle | None = None
@@ -397,13 +344,7 @@ class Replicator:
         for session in list(self._sessions.values()):
             if session.core.state is LinkState.READY and session.core.sends:
                 session.advanced.append(durable)
-                if session.outgoing.batches:
-                    # Send now, coalesce under load: a batch queued behind the write in flight
-                    # would leave no sooner, and one per commit costs a gRPC message on each
-                    # side and an ack back. The writer steps the core when it is free.
-                    session.advance_deferred = True
-                else:
-                    self._step(session, LogAdvanced())
+                self._step(session, LogAdvanced())
         now_ms = self.instance.now_ms()
         for peer, core in self.cores.items():
             if core.sends and peer not in self._sessions:
@@ -669,7 +610,7 @@ class Replicator:
                 message = f"{self.local} and {hello.instance}: a link between them is already up"
                 await stream.write(to_pb(Refusal("duplicate_link", message)))
                 return
-            existing.outgoing.put(None)
+            existing.outgoing.put_nowait(None)
             await existing.finished.wait()
         await self._run(core, stream, dialled=False, first=hello)
 
@@ -724,23 +665,19 @@ class Replicator:
                 return
 
     async def _write_loop(self, session: _Session) -> None:
-        outgoing = session.outgoing
+        queue = session.outgoing
         hops = self._hops
         while True:
-            item = await outgoing.take()
+            item = await queue.get()
             if item is None:
                 session.closed.set()
                 return
-            await session.stream.write(item.message)
-            outgoing.written(item)
-            if item.through:
+            message, through, queued_ns = item
+            await session.stream.write(message)
+            if through:
                 written_ns = perf_counter_ns()
-                hops.link_write.add(written_ns - item.queued_ns)
-                session.written.append((item.through, written_ns))
-            if session.advance_deferred and not outgoing.batches:
-                session.advance_deferred = False
-                if self._sessions.get(session.core.peer) is session:
-                    self._step(session, LogAdvanced())
+                hops.link_write.add(written_ns - queued_ns)
+                session.written.append((through, written_ns))
 
     def _timed_ack(self, session: _Session, through_txid: int) -> None:
         """Hops: the batches this ack covers, from written to acknowledged."""
@@ -783,7 +720,7 @@ class Replicator:
         into the commit path (log_advanced) or end a reader or timer silently."""
         self.instance.damage.report(error, f"replication to {core.peer}")
         if session is not None:
-            session.outgoing.put(None)
+            session.outgoing.put_nowait(None)
 
     def _continue(self, session: _Session) -> None:
         if self._sessions.get(session.core.peer) is session:
@@ -802,9 +739,7 @@ class Replicator:
                     if isinstance(frame, Batch)
                     else to_pb(frame)
                 )
-                session.outgoing.put(
-                    OutgoingFrame(message, through, isinstance(frame, Ack), perf_counter_ns())
-                )
+                session.outgoing.put_nowait((message, through, perf_counter_ns()))
             elif isinstance(action, Apply):
                 received_ns = perf_counter_ns()
                 first = self.instance.journal.last_txid + 1
@@ -818,7 +753,7 @@ class Replicator:
                 self._request_arrived(action.request, session.core.peer)
             elif isinstance(action, Close):
                 _log_close(session.core.peer, action)
-                session.outgoing.put(None)
+                session.outgoing.put_nowait(None)
 
     def _durable(self, session: _Session, through_txid: int, target: int, received_ns: int) -> None:
         self._hops.replicated_durable.add(perf_counter_ns() - received_ns)
