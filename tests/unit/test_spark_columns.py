@@ -138,3 +138,27 @@ def test_short_empty_and_long_bodies_up_to_the_chunks_last_byte() -> None:
         assert decoded.batch is not None
         expected = [bodies[frames.index(f)] for f in chosen]
         assert decoded.batch.column("data").to_pylist() == expected
+
+
+def test_any_damaged_byte_of_any_frame_is_refused() -> None:
+    """The frames' checksums are checked together in one CRC call: a change to any byte of any
+    frame (header, length, payload, stored CRC), or to two frames at once, is still refused."""
+    frames = [
+        codec.encode_publish(t, T0 + t, "t", b"body-%d" % t * t, 9, t, "a", "g", t, "", 0)
+        for t in range(1, 6)
+    ]
+    chunk = b"".join(frames)
+    assert columns.decode(chunk, 1, 10) is not None
+    frame_at = [sum(map(len, frames[:k])) for k in range(len(frames))]
+    for at in range(len(chunk)):
+        for flip in (0x01, 0x80):
+            damaged = bytearray(chunk)
+            damaged[at] ^= flip
+            decoded = columns.decode(bytes(damaged), 1, 10)
+            # Refused, or (a txid made larger than the range's end) the frames before it only.
+            assert decoded is None or decoded.consumed <= max(f for f in frame_at if f <= at)
+    second, fourth = len(frames[0]) + 30, sum(map(len, frames[:3])) + 30
+    twice = bytearray(chunk)
+    twice[second] ^= 0x04
+    twice[fourth] ^= 0x04
+    assert columns.decode(bytes(twice), 1, 10) is None
