@@ -2,9 +2,10 @@
 
 Planning opens the journal read-only (as `amps journal dump`: no lock, nothing written), fixes
 the txid range (the `from`/`to` bookmark specs and the durable end at planning) and cuts it into
-pieces of at most `records_per_partition` records per segment. A piece names the segment's file
-and summary, so an executor that sees the same path reads it with the journal's own reader and
-codec, whatever is appended meanwhile.
+pieces of at most `records_per_partition` records per segment, and at least `min_partitions`
+pieces of about the same size. A piece names the segment's file and summary, so an executor that
+sees the same path reads it with the journal's own reader and codec, whatever is appended
+meanwhile.
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ def plan(directory: str, options: ReadOptions) -> list[JournalPiece]:
             # A bookmark ends with that message; a timestamp before the first record at it.
             last = min(last, journal.find_start(parse_bookmark_spec(options.end)) - 1)
         pieces: list[JournalPiece] = []
-        step = options.records_per_partition
+        # Pieces of about the same size, at least min_partitions of them: segments differ in
+        # size (the newest is partly filled), and a read is as fast as its largest piece.
+        even = -(-(last - first + 1) // options.min_partitions)
+        step = max(1, min(options.records_per_partition, even))
         for segment in journal.segments():
             low = max(first, segment.first_txid)
             high = min(last, segment.last_txid)

@@ -6,6 +6,7 @@ are compiled where the records are read.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -53,6 +54,9 @@ class ReadOptions:
     kinds: str = "publish"
     archive: str = ""  # the journal's archive directory, where archived segments are
     records_per_partition: int = 1_000_000
+    # A journal read's range is cut into at least this many pieces of about the same size, so
+    # that every core reads (Kafka's source has the same option).
+    min_partitions: int = 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -65,6 +69,7 @@ class ReadOptions:
             kinds=options.get("kinds", "publish").lower(),
             archive=options.get("archive", ""),
             records_per_partition=_int(options, "recordsPerPartition", 1_000_000),
+            min_partitions=_int(options, "minPartitions", os.cpu_count() or 1),
         )
         if read.kinds not in KINDS:
             raise InvalidOptions(f"option kinds={read.kinds!r}: expected publish or all")

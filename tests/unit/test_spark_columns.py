@@ -162,3 +162,36 @@ def test_any_damaged_byte_of_any_frame_is_refused() -> None:
     twice[second] ^= 0x04
     twice[fourth] ^= 0x04
     assert columns.decode(bytes(twice), 1, 10) is None
+
+
+def test_pieces_are_about_even_across_segments_of_different_sizes(tmp_path: Path) -> None:
+    """minPartitions cuts the range into pieces of about the same size (a read is as fast as
+    its largest piece), each within one segment, together every record once."""
+
+    async def write() -> None:
+        journal = Journal.open(tmp_path / "j", segment_size_bytes=16 * 1024)
+        for i in range(250):
+            journal.append_publish(
+                topic="t", data=b"x" * 150, publisher_id=3, seq=i + 1, timestamp_us=T0 + i
+            )
+        await journal.commit()
+        await journal.close()
+
+    asyncio.run(write())
+    directory = str(tmp_path / "j")
+    whole = journal_read.plan(directory, ReadOptions())
+    assert len({p.path for p in whole}) > 2  # several segments, the last one partly filled
+    for parts in (2, 3, 7):
+        options = ReadOptions(min_partitions=parts)
+        pieces = journal_read.plan(directory, options)
+        assert len(pieces) >= parts
+        assert [p.first_txid for p in pieces] == [1] + [p.last_txid + 1 for p in pieces[:-1]]
+        assert pieces[-1].last_txid == 250
+        assert max(p.last_txid - p.first_txid + 1 for p in pieces) <= -(-250 // parts)
+        rows = [
+            r
+            for p in pieces
+            for b in journal_read.read(p, options)
+            for r in b["sequence"].to_pylist()
+        ]
+        assert rows == list(range(1, 251))
