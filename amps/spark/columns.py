@@ -315,11 +315,18 @@ def _publishes(
     if topics is None or origins is None or groups is None or correlations is None:
         return None
     data = _binary(chunk, arr, data_at, stops - data_at)
-    publishers = _numbers(fixed["pub"], pa.uint64()).cast(pa.string())
+    ids = fixed["pub"]
     seqs = _numbers(fixed["seq"].astype(np.int64), pa.int64())
+    if (ids == ids[0]).all():  # one publisher (the usual chunk): one string, not a cast each
+        one = _repeated(str(int(ids[0])), 1)
+        publishers = _repeated(one[0].as_py(), n)
+        bookmarks = pc.binary_join_element_wise(one[0], seqs.cast(pa.string()), _EMPTY, _BAR)
+    else:
+        publishers = _numbers(ids, pa.uint64()).cast(pa.string())
+        bookmarks = pc.binary_join_element_wise(publishers, seqs.cast(pa.string()), _EMPTY, _BAR)
     columns = [
         topics,
-        pc.binary_join_element_wise(publishers, seqs.cast(pa.string()), _EMPTY, _BAR),
+        bookmarks,
         _numbers(fixed["txid"].astype(np.int64), pa.int64()),
         _numbers(fixed["ts"].astype(np.int64), TIMESTAMP),
         data,
