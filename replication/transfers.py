@@ -15,8 +15,10 @@ from amps.log.records import TransferRecord
 from replication.ownership import OwnershipRecord, TransferKind
 
 
-def to_log(queue: str, record: OwnershipRecord, *, proxied: bool) -> TransferRecord:
-    """The record to append (the journal assigns txid and timestamp)."""
+def to_log(
+    queue: str, record: OwnershipRecord, *, proxied: bool, timestamp_us: int = 0
+) -> TransferRecord:
+    """The record to append (the journal assigns the txid; the timestamp never goes back)."""
     if record.kind is TransferKind.ORIGIN:
         assert record.epoch == 0
         assert record.by == record.owner
@@ -30,7 +32,7 @@ def to_log(queue: str, record: OwnershipRecord, *, proxied: bool) -> TransferRec
         assert record.by != record.owner
     publisher_id, seq = record.key
     return TransferRecord(
-        0, 0, queue, Bookmark(publisher_id, seq), record.by, record.owner, proxied,
+        0, timestamp_us, queue, Bookmark(publisher_id, seq), record.by, record.owner, proxied,
         epoch=record.epoch,
     )  # fmt: skip
 

@@ -441,10 +441,12 @@ class Journal:
         assert record.txid == 0, "the journal assigns txids"
         txid = self._next_txid
         timestamp_us = max(record.timestamp_us, self._last_timestamp_us)
-        stamped = replace(record, txid=txid, timestamp_us=timestamp_us)
-        if not stamped.origin_instance:
-            stamped = replace(stamped, origin_instance=self.instance_name,
-                              origin_group=self.group, origin_txid=txid)  # fmt: skip
+        if record.origin_instance:  # a peer's record, logged here with its origin
+            stamped = replace(record, txid=txid, timestamp_us=timestamp_us)
+        else:  # one replace, not two: this runs per queue and transfer record
+            stamped = replace(record, txid=txid, timestamp_us=timestamp_us,
+                              origin_instance=self.instance_name, origin_group=self.group,
+                              origin_txid=txid)  # fmt: skip
         if isinstance(stamped, PublishRecord):
             self._buffer(stamped, stamped.publisher_id, stamped.seq)
             self.marks.advance(stamped.publisher_id, stamped.seq)

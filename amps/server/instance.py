@@ -363,19 +363,23 @@ class Instance:
         self._count_publish(topic, len(data))
         self._commit_wanted.set()
 
-    def append_record(self, record: QueueRecord | TransferRecord, *, soon: bool = False) -> None:
-        """Append a queue or transfer record; a commit starts for it at once, or with `soon`
-        the next commit covers it, started at most SOON_COMMIT_DELAY_S later."""
+    def append_record(
+        self, record: QueueRecord | TransferRecord, *, soon: bool = False
+    ) -> QueueRecord | TransferRecord:
+        """Append a queue or transfer record (built with txid 0); returns it as logged. A
+        commit starts for it at once, or with `soon` the next commit covers it, started at
+        most SOON_COMMIT_DELAY_S later."""
         stamped = self.journal.append(record)
         assert not isinstance(stamped, PublishRecord)
         self.records.put_other(stamped)  # the links read it from memory once it is durable
         if not soon:
             self._commit_wanted.set()
-            return
+            return stamped
         if self._oldest_soon is None:
             self._oldest_soon = (self.journal.last_txid, perf_counter_ns())
         if self._soon_commit is None:
             self._soon_commit = self._loop.call_later(SOON_COMMIT_DELAY_S, self._commit_soon)
+        return stamped
 
     def _commit_soon(self) -> None:
         self._soon_commit = None

@@ -171,10 +171,10 @@ class QueueManager:
         if driver is None or driver.replica is None or not self._is_news(record):
             return
         instance = self.instance
-        instance.append_record(replace(record, txid=0), soon=True)
+        logged = instance.append_record(replace(record, txid=0), soon=True)
         if not self._to_apply:
             instance.when_durable(self._apply_durable)
-        self._to_apply.append((driver, replace(record, txid=instance.journal.last_txid)))
+        self._to_apply.append((driver, logged))
 
     def hears_republished(self, topic: str) -> bool:
         """Whether a peer's publish on `topic` discarded as a duplicate matters here

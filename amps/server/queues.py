@@ -745,10 +745,12 @@ class QueueDriver:
                         self._append_removals(removals)
                         removals = {}
                     claim = action.record.kind is TransferKind.CLAIM
-                    record = to_log(self.name, action.record, proxied=claim)
                     self.instance.append_record(
-                        replace(record, timestamp_us=self.instance.wall_us())
-                    )
+                        to_log(
+                            self.name, action.record, proxied=claim,
+                            timestamp_us=self.instance.wall_us(),
+                        )
+                    )  # fmt: skip
                     appended = True
             elif isinstance(action, SendTransferRequest):
                 if not recovering:  # one frame per owner for the step's requests

@@ -65,10 +65,11 @@ class _Instance:
     def now_ms(self) -> int:
         return NOW_MS
 
-    def append_record(self, record: QueueRecord, *, soon: bool = False) -> None:
+    def append_record(self, record: QueueRecord, *, soon: bool = False) -> QueueRecord:
         self.log.append((record.action, record.reason, record.txids))
         self.appended.append(record)
         self.soon.append(soon)
+        return record
 
     def when_durable(self, callback: Callable[[], None]) -> None:
         self.log.append("wait for durability")
