@@ -45,6 +45,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import OrderedDict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from itertools import repeat
@@ -232,18 +233,24 @@ class OwnershipStatistics:
 
 @dataclass(frozen=True, slots=True)
 class OwnershipSnapshot:
-    """The ownership state of one queue here, as columns (one row per live message, in the
-    machine's order), so a restart restores it instead of replaying the log (Q16).
+    """The ownership state of one queue here, so a restart restores it instead of replaying
+    the log (Q16). Sparse: every live message holds its initial owner at epoch 0 (the caller
+    knows which: `restore`'s `initial`) except the *moved* ones, those a grant, claim or
+    origin record changed, stored here as columns; so taking it costs what changed, not the
+    size of the queue.
 
     A request in flight is not kept: requests are never logged, and a lost one is a refusal
     (REQUESTED is stored as OWNED_ELSEWHERE). Counters start again from zero."""
 
     names: tuple[str, ...]
     """Instance names; `owners` and the records' instances are indexes into it."""
+    live: int
+    """Live messages tracked (entered and not removed), moved or not."""
     publisher_ids: array[int]
+    """The moved messages' keys, their states, owners and epochs, as columns."""
     seqs: array[int]
     states: bytes
-    """One `STATE_CODES` index per message."""
+    """One `STATE_CODES` index per moved message."""
     owners: array[int]
     epochs: array[int]
     early: tuple[OwnershipRecord, ...]
@@ -261,8 +268,6 @@ STATE_CODES = (
 """The states a snapshot stores, by code (REQUESTED is stored as OWNED_ELSEWHERE)."""
 _CODE_OF = {state: code for code, state in enumerate(STATE_CODES)}
 _CODE_OF[OwnershipState.REQUESTED] = _CODE_OF[OwnershipState.OWNED_ELSEWHERE]
-# code byte -> 1 when the state is owned here (OWNED_HERE, CLAIMED_BY_PROXY), else 0
-_OWNED_CODES = bytes(1 if b in (0, 3) else 0 for b in range(256))
 _BAD_CODES = bytes(0 if b < len(STATE_CODES) else 1 for b in range(256))
 
 
@@ -311,6 +316,9 @@ class Ownership:
         # builds no object per message; a shared entry is copied before it changes.
         self._shared: dict[int, _Entry] = {}  # id -> entry, kept alive so ids stay unique
         self._plain: dict[tuple[OwnershipState, str], _Entry] = {}  # enter_many's, shared
+        # Live messages a record moved from their initial owner at epoch 0: what a snapshot
+        # stores (the rest it derives from the queue's messages and their origins).
+        self._moved: set[MessageKey] = set()
         self._owned = 0
         self._transferred_in = 0
         self._transferred_out = 0
@@ -339,16 +347,10 @@ class Ownership:
         entry = self._entries.get(key)
         return None if entry is None else (entry.owner, entry.epoch)
 
-    def owners_elsewhere(self, keys: list[MessageKey]) -> tuple[list[str], list[int]] | None:
-        """The owner and the epoch of each of these messages, or None if one is unknown here
-        or owned here (a restore checks the engine's view against the machine's, in C-level
-        passes)."""
-        rows = list(map(self._entries.get, keys))
-        if None in rows:
-            return None
-        if not set(map(attrgetter("state"), rows)).isdisjoint(_OWNED):
-            return None
-        return list(map(attrgetter("owner"), rows)), list(map(attrgetter("epoch"), rows))
+    def moved(self) -> Collection[MessageKey]:
+        """The live messages a grant, claim or origin record moved from their initial owner
+        at epoch 0 (what a snapshot stores of each)."""
+        return self._moved
 
     def live_count(self) -> int:
         """Messages whose ownership is tracked here (entered and not removed)."""
@@ -439,6 +441,9 @@ class Ownership:
         entry = self._entries.pop(key, None)
         if entry is not None and entry.state in _OWNED:
             self._owned -= 1
+        moved = self._moved
+        if moved:
+            moved.discard(key)
         removed = self._removed
         if key in removed:
             removed.move_to_end(key)
@@ -463,6 +468,8 @@ class Ownership:
         if self._owned:
             states = list(map(attrgetter("state"), filter(None, popped)))
             self._owned -= states.count(S.OWNED_HERE) + states.count(S.CLAIMED_BY_PROXY)
+        if self._moved:
+            self._moved.difference_update(keys)
         removed.update(dict.fromkeys(keys))
         for _ in range(len(removed) - self._max_removed):
             removed.popitem(last=False)
@@ -500,16 +507,22 @@ class Ownership:
                 assert entry.owner != self.here, (key, entry)
             if entry.state is S.REQUESTED:
                 assert entry.request_deadline_ms > 0
+            # A snapshot stores only the moved: every other entry is its initial ownership.
+            assert key in self._moved or (entry.epoch == 0 and entry.state is not S.GRANTED)
+        assert self._moved <= self._entries.keys()
         assert owned == self._owned
         assert len(self._early) <= self._max_early
         assert len(self._removed) <= self._max_removed
 
+    def view(self) -> dict[MessageKey, tuple[OwnershipState, str, int]]:
+        """Every live message's (state, owner, epoch); slow, for tests and the simulation."""
+        return {key: (e.state, e.owner, e.epoch) for key, e in self._entries.items()}
+
     def snapshot(self) -> OwnershipSnapshot:
-        """The state to restore after a restart (whole columns, no Python call per message
-        beyond C-level maps)."""
+        """The state to restore after a restart: the moved messages only (O(moved))."""
         entries = self._entries
-        keys = list(entries)
-        rows = list(entries.values())
+        keys = sorted(self._moved)
+        rows = list(map(entries.__getitem__, keys))
         early = tuple(self._early.values())
         names = {self.here, *map(attrgetter("owner"), rows)}
         names.update(n for r in early for n in (r.by, r.owner))
@@ -517,6 +530,7 @@ class Ownership:
         index = {name: i for i, name in enumerate(ordered)}
         return OwnershipSnapshot(
             names=ordered,
+            live=len(entries),
             publisher_ids=array("Q", map(itemgetter(0), keys)),
             seqs=array("Q", map(itemgetter(1), keys)),
             states=bytes(map(_CODE_OF.__getitem__, map(attrgetter("state"), rows))),
@@ -531,47 +545,71 @@ class Ownership:
         cls,
         here: str,
         snap: OwnershipSnapshot,
+        keys: list[MessageKey],
+        initial: Sequence[tuple[int, str]],
         *,
         request_timeout_ms: int,
         max_early_records: int = 65_536,
         max_removed_remembered: int = 65_536,
     ) -> Ownership:
-        """A machine in the state `snap` describes; ValueError if it does not describe one
-        (a damaged snapshot: the caller replays the log instead)."""
+        """A machine in the state `snap` describes over the live messages `keys` (in the
+        order they entered), whose initial owners are `initial`, runs of (count, owner) in
+        the same order; ValueError if they do not describe one (a damaged snapshot: the
+        caller replays the log instead)."""
         machine = cls(
             here,
             request_timeout_ms=request_timeout_ms,
             max_early_records=max_early_records,
             max_removed_remembered=max_removed_remembered,
         )
-        count = len(snap.states)
+        count = len(keys)
+        if snap.live != count or sum(map(itemgetter(0), initial)) != count:
+            raise ValueError(
+                f"ownership snapshot tracks {snap.live} messages, the queue holds {count}"
+            )
+        # Equal entries are shared until one changes (`_unshared`): no object per message.
+        shared: dict[str, _Entry] = {}
+        rows: list[_Entry] = []
+        owned = 0
+        for run, owner in initial:
+            entry = shared.get(owner)
+            if entry is None:
+                state = S.OWNED_HERE if owner == here else S.OWNED_ELSEWHERE
+                entry = shared[owner] = _Entry(state, owner, 0)
+            rows.extend(repeat(entry, run))
+            if owner == here:
+                owned += run
+        entries = machine._entries = dict(zip(keys, rows, strict=True))
+        if len(entries) != count:
+            raise ValueError("ownership snapshot names a message twice")
+        machine._shared = {id(entry): entry for entry in shared.values()}
+        machine._plain = {(entry.state, entry.owner): entry for entry in shared.values()}
         names = snap.names
+        moved_count = len(snap.states)
         columns = (snap.publisher_ids, snap.seqs, snap.owners, snap.epochs)
-        if any(len(c) != count for c in columns):
+        if any(len(c) != moved_count for c in columns):
             raise ValueError("ownership snapshot columns differ in length")
-        if count and (max(snap.owners) >= len(names) or min(snap.epochs) < 0):
+        if moved_count and (max(snap.owners) >= len(names) or min(snap.epochs) < 0):
             raise ValueError("ownership snapshot names an unknown owner or a negative epoch")
         if 1 in snap.states.translate(_BAD_CODES):
             raise ValueError("ownership snapshot has an unknown state")
-        # Owned here (OWNED_HERE, CLAIMED_BY_PROXY) exactly where the owner is this instance.
-        here_index = names.index(here) if here in names else -1
-        owned = snap.states.translate(_OWNED_CODES)
-        if owned != bytes(map(here_index.__eq__, snap.owners)):
-            raise ValueError("ownership snapshot owns messages here that name another owner")
-        keys = zip(snap.publisher_ids, snap.seqs, strict=True)
-        kinds = list(zip(snap.states, snap.owners, snap.epochs, strict=True))
-        shared = {
-            kind: _Entry(STATE_CODES[kind[0]], names[kind[1]], kind[2]) for kind in set(kinds)
-        }
-        machine._shared = {id(entry): entry for entry in shared.values()}
-        machine._entries = dict(zip(keys, map(shared.__getitem__, kinds), strict=True))
-        if len(machine._entries) != count:
-            raise ValueError("ownership snapshot names a message twice")
-        machine._owned = owned.count(1)
+        keys_moved = zip(snap.publisher_ids, snap.seqs, strict=True)
+        moved = zip(keys_moved, snap.states, snap.owners, snap.epochs, strict=True)
+        for key, code, owner_index, epoch in moved:
+            before = entries.get(key)
+            state, owner = STATE_CODES[code], names[owner_index]
+            if before is None or key in machine._moved:
+                raise ValueError(f"ownership snapshot moves message {key}, not held once here")
+            if (state in _OWNED) != (owner == here):
+                raise ValueError("ownership snapshot owns messages here that name another owner")
+            owned += (state in _OWNED) - (before.state in _OWNED)
+            entries[key] = _Entry(state, owner, epoch)
+            machine._moved.add(key)
+        machine._owned = owned
         for record in snap.early[-max_early_records:]:
             machine._early[record.key] = record
         machine._removed = OrderedDict.fromkeys(snap.removed[-max_removed_remembered:])
-        if not machine._removed.keys().isdisjoint(machine._entries):
+        if not machine._removed.keys().isdisjoint(entries):
             raise ValueError("ownership snapshot holds a removed message")
         return machine
 
@@ -684,6 +722,7 @@ class Ownership:
         """Make `record` the message's ownership here (the caller checked that it wins);
         returns the entry (a copy if it was shared)."""
         entry = self._unshared(key, entry)
+        self._moved.add(key)
         was_owned = entry.state in (S.OWNED_HERE, S.CLAIMED_BY_PROXY)
         entry.owner = record.owner
         entry.epoch = record.epoch

@@ -38,6 +38,8 @@ This is the API the server (`amps/server/queues.py`) and the cluster simulation
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
@@ -59,6 +61,7 @@ from amps.queue import (
     Unsubscribed,
 )
 from amps.queue import Action as EngineAction
+from replication.initial_owners import InitialOwners
 from replication.latency import LatencyOptions, TransferLatencies
 from replication.ownership import Action as OwnershipAction
 from replication.ownership import (
@@ -68,6 +71,7 @@ from replication.ownership import (
     Ownership,
     OwnershipRecord,
     OwnershipRecorded,
+    OwnershipSnapshot,
     OwnershipState,
     SendOwnership,
     SendTransferRequest,
@@ -76,6 +80,8 @@ from replication.ownership import (
     TransferRequested,
     Withdraw,
 )
+
+_NOT = bytes(b == 0 for b in range(256))  # a barrier flag -> 1 for a message ownership tracks
 
 QueueKind = Literal["Queue", "GroupLocalQueue", "LocalQueue"]
 
@@ -154,6 +160,8 @@ class QueueReplica:
         # neither scans them nor looks at each one to learn which were answered.
         self._asked: dict[MessageKey, tuple[int, int, str]] = {}
         self._scan_deadline_ms: int | None = None
+        # The initial owner of every message ownership tracks, as runs (snapshots).
+        self._initial = InitialOwners()
 
     @classmethod
     def restored(
@@ -161,42 +169,70 @@ class QueueReplica:
         here: str,
         engine: QueueEngine,
         options: ReplicaOptions,
-        ownership: Ownership,
+        owned: OwnershipSnapshot,
+        initial: InitialOwners,
         snapshot: QueueSnapshot,
         now_ms: int,
     ) -> QueueReplica:
-        """The replica around an engine and a machine restored from one snapshot (Q16), its
-        glue as replaying the log at `now_ms` leaves it: every message owned elsewhere waits
-        from now, in txid order. ValueError if the two do not describe the same messages."""
-        replica = cls(here, engine, options, ownership=ownership)
+        """The replica around an engine restored from `snapshot` and the ownership `owned`
+        and `initial` describe (Q16), its glue as replaying the log at `now_ms` leaves it:
+        every message owned elsewhere waits from now, in txid order. ValueError if they do
+        not describe the same messages."""
+        replica = cls(here, engine, options)
         if not replica.tracks_ownership:
             raise ValueError("a queue without ownership has no ownership to restore")
         key_of = snapshot.bookmark_of()
-        count = len(snapshot.txids)
-        barriers = count - snapshot.barrier_flags.count(0)
-        marks = snapshot.elsewhere_flags
-        elsewhere = list(compress(snapshot.txids, marks)) if marks else []
-        owned = ownership.statistics().owned
-        if (
-            ownership.live_count() != count - barriers
-            or engine.owned_elsewhere_count() != len(elsewhere)
-            or owned != count - barriers - len(elsewhere)
-        ):
-            raise ValueError("ownership snapshot does not match the queue snapshot's messages")
-        replica._key_of = key_of
-        keys = list(map(key_of.__getitem__, elsewhere))
-        found = ownership.owners_elsewhere(keys)
-        if found is None:
+        txids = snapshot.txids
+        barriers = snapshot.barrier_flags
+        plain = barriers.translate(_NOT)  # 1 for each message ownership tracks
+        tracked: Sequence[int] = txids
+        if plain.count(0):
+            tracked = array("q", compress(txids, plain))
+        flags = snapshot.elsewhere_flags
+        flags = bytes(compress(flags, plain)) if flags else bytes(len(tracked))
+        try:
+            keys = list(map(key_of.__getitem__, tracked))
+        except KeyError:
+            raise ValueError("the queue snapshot lacks a message's bookmark") from None
+        runs = initial.runs_over(tracked)
+        ownership = Ownership.restore(
+            here, owned, keys, runs, request_timeout_ms=options.request_timeout_ms
+        )
+        # The engine's view (owned elsewhere or not) is the machine's, message by message;
+        # a waiting message's arrival is tracked by its owner's estimator while at epoch 0,
+        # as a replay that saw each enter leaves it.
+        expected = bytearray()
+        owners: list[str] = []
+        for count, owner in runs:
+            expected += bytes((owner != here,)) * count
+            owners += repeat(owner, count)
+        for key in ownership.moved():
+            at = bisect_left(tracked, engine.txid_of(key) or 0)
+            if at == len(tracked) or keys[at] != key:
+                raise ValueError(f"ownership snapshot moves message {key}, not in the queue")
+            expected[at] = not ownership.owned_here(key)
+            owner_epoch = ownership.owner_of(key)
+            assert owner_epoch is not None
+            owners[at] = owner_epoch[0] if owner_epoch[1] == 0 else ""
+        if expected != flags:
             raise ValueError("ownership snapshot owns here a message the queue holds elsewhere")
-        # As a replay that saw each enter leaves it: its initial owner's estimator tracks it.
-        owners, epochs = found
-        if any(epochs):
-            owners = [o if not e else "" for o, e in zip(owners, epochs, strict=True)]
+        replica.ownership = ownership
+        replica._initial = initial
+        replica._key_of = key_of
+        elsewhere = list(compress(tracked, flags))
+        keys = list(compress(keys, flags))
+        owners = list(compress(owners, flags))
         waiting = dict(zip(keys, zip(elsewhere, repeat(now_ms), owners), strict=True))
         for owner in set(owners) - {""}:
             replica.latencies.of(owner)  # listed from now on, as an arrival lists it
         replica._waiting = waiting
         return replica
+
+    def initial_owners(self, first_txid: int) -> InitialOwners:
+        """The initial owners of the messages from `first_txid` on (a snapshot's), the older
+        runs forgotten."""
+        self._initial.prune(first_txid)
+        return self._initial
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -269,6 +305,8 @@ class QueueReplica:
             owner = self.here if message.is_barrier else self.owner_of_new(origin)
             if not message.is_barrier:
                 ownership.enter(key, owner)
+                if ownership.state_of(key) is not OwnershipState.REMOVED:
+                    self._initial.note(message.txid, owner)
             elsewhere = not message.is_barrier and not ownership.owned_here(key)
             if elsewhere != message.elsewhere:
                 message = MessagePublished(
@@ -313,6 +351,10 @@ class QueueReplica:
         if owner is None or not self.ownership.enter_many(keys, owner):
             rows = zip(txids, publisher_ids, seqs, timestamps_ms, strict=True)
             return self.published([MessagePublished(*row) for row in rows], origins, now_ms)
+        # One owner for the whole step: one run, whatever the order within it.
+        initial = self._initial
+        initial.note(min(txids), owner)
+        initial.last_txid = max(initial.last_txid, max(txids))
         self._key_of.update(zip(txids, keys, strict=True))
         elsewhere = owner != self.here
         if elsewhere:

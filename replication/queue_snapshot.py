@@ -17,11 +17,19 @@ Rule 4: what is not kept is what a replay would not rebuild either: leases (as i
         requests in flight (never logged: a lost one is a refusal), counters and latency
         samples.
 
-Layout ("ARQ1", little-endian): magic, u32 CRC32C of the body; the body: reflects_txid,
+Rule 5: it costs what changed, not the size of the queue: the ownership of a message no
+        record moved is its initial owner at epoch 0, stored as runs of (first txid, owner)
+        (`replication/initial_owners.py`); only the moved messages are stored one by one.
+        So it is cheap enough to take at every checkpoint, and the log left to replay at a
+        restart stays short.
+
+Layout ("ARQ2", little-endian): magic, u32 CRC32C of the body; the body: reflects_txid,
 here, kind, InitialOwner, the engine's AQS3 snapshot (`amps/queue/snapshot_codec.py`) and its
-elsewhere flags, the ownership columns (names, publisher ids, seqs, epochs, states, owners),
-the early records, the removed keys, the peers' acks waiting here with the txid that logged
-them, and the newest origin txid logged here per origin.
+elsewhere flags, the ownership (names, the live count, the moved messages' columns: publisher
+ids, seqs, epochs, states, owners), the initial owners' runs (names, first txids, owners), the
+early records, the removed keys, the peers' acks waiting here with the txid that logged them,
+and the newest origin txid logged here per origin. "ARQ1" (one row per live message) is an
+older format: refused, so the log is replayed.
 """
 
 from __future__ import annotations
@@ -41,10 +49,9 @@ from amps.queue.snapshot_codec import (
     encode_column,
     encode_snapshot,
 )
+from replication.initial_owners import InitialOwners
 from replication.ownership import (
-    STATE_CODES,
     MessageKey,
-    Ownership,
     OwnershipRecord,
     OwnershipSnapshot,
     OwnershipState,
@@ -52,7 +59,8 @@ from replication.ownership import (
 )
 from replication.queue_replica import QueueReplica, ReplicaOptions
 
-MAGIC = b"ARQ1"
+MAGIC = b"ARQ2"
+_OLDER = (b"ARQ1",)
 _HEAD = struct.Struct("<4sI")  # magic, CRC32C of the body
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -61,10 +69,11 @@ _I64 = struct.Struct("<q")
 _EARLY = struct.Struct("<QQBHHq")  # publisher id, seq, kind, by, owner, epoch
 _DEFERRED = struct.Struct("<QQq")  # publisher id, seq, txid of the record that logged it
 _KINDS = (TransferKind.GRANT, TransferKind.CLAIM, TransferKind.ORIGIN)  # codes: append only
-_ELSEWHERE_CODE = STATE_CODES.index(OwnershipState.OWNED_ELSEWHERE)
 _SAME_STATE = {
-    code: _ELSEWHERE_CODE if state is OwnershipState.GRANTED else code
-    for code, state in enumerate(STATE_CODES)
+    state: OwnershipState.OWNED_ELSEWHERE
+    if state in (OwnershipState.GRANTED, OwnershipState.REQUESTED)
+    else state
+    for state in OwnershipState
 }
 
 
@@ -80,6 +89,10 @@ class ReplicaSnapshot:
     taken_mono_ms: int
     taken_wall_us: int
     ownership: OwnershipSnapshot
+    initial_starts: array[int]
+    """The initial owners' runs: the first txid of each, increasing."""
+    initial_owners: tuple[str, ...]
+    """The owner of each run."""
     deferred_logged: tuple[tuple[int, int, int], ...]
     """(publisher id, seq, txid of the record that logged it) of peers' acks waiting here."""
     marks: tuple[tuple[str, int], ...]
@@ -98,15 +111,20 @@ def take(
     """The replica's state now (Rule 1: the caller knows every record up to its position is
     applied)."""
     options = replica.options
+    queue = replica.engine.snapshot()
+    initial = replica.initial_owners(queue.txids[0] if queue.txids else queue.high_water_txid)
+    disordered = initial.disordered  # runs that cannot place every message: none stored
     return ReplicaSnapshot(
         here=replica.here,
         kind=options.kind,
         initial_owner=options.initial_owner or "",
         reflects_txid=reflects_txid,
-        queue=replica.engine.snapshot(),
+        queue=queue,
         taken_mono_ms=taken_mono_ms,
         taken_wall_us=taken_wall_us,
         ownership=replica.ownership.snapshot(),
+        initial_starts=array("q", () if disordered else initial.starts),
+        initial_owners=() if disordered else tuple(initial.owners),
         deferred_logged=tuple(sorted((p, s, t) for (p, s), t in deferred_logged.items())),
         marks=tuple(sorted(marks.items())),
     )
@@ -133,10 +151,8 @@ def restore(
             f"the queue is a {options.kind} (InitialOwner {initial_owner or 'none'}) now"
         )
     engine = QueueEngine.restore(policy, snap.queue, shift_ms, columns=columns)
-    ownership = Ownership.restore(
-        here, snap.ownership, request_timeout_ms=options.request_timeout_ms
-    )
-    return QueueReplica.restored(here, engine, options, ownership, snap.queue, now_ms)
+    initial = InitialOwners(snap.initial_starts, snap.initial_owners)
+    return QueueReplica.restored(here, engine, options, snap.ownership, initial, snap.queue, now_ms)
 
 
 def recovered_view(replica: QueueReplica) -> tuple[object, ...]:
@@ -151,12 +167,12 @@ def recovered_view(replica: QueueReplica) -> tuple[object, ...]:
     replica.check_invariants()
     queue = replica.engine.snapshot()
     own = replica.ownership.snapshot()
-    rows = zip(own.publisher_ids, own.seqs, own.states, own.owners, own.epochs, strict=True)
     waiting = {**replica._waiting, **replica._asked}
     return (
         list(queue.txids), queue.bookmark_of(), queue.barrier_flags, queue.elsewhere_flags,
         [d[:2] for d in queue.deferred_acks], queue.high_water_txid,
-        {(p, s): (_SAME_STATE[state], own.names[o], e) for p, s, state, o, e in rows},
+        {key: (_SAME_STATE[state], owner, epoch)
+         for key, (state, owner, epoch) in replica.ownership.view().items()},
         {r.key: r for r in own.early}, set(own.removed), replica._key_of,
         {key: value[0] for key, value in waiting.items()},
     )  # fmt: skip
@@ -164,7 +180,7 @@ def recovered_view(replica: QueueReplica) -> tuple[object, ...]:
 
 def is_replica_snapshot(data: bytes) -> bool:
     """Whether stored bytes are a replicated queue's snapshot (to say so in a log line)."""
-    return data[:4] == MAGIC
+    return data[:4] == MAGIC or data[:4] in _OLDER
 
 
 # -- bytes ------------------------------------------------------------------------------
@@ -186,12 +202,22 @@ def encode(snap: ReplicaSnapshot) -> bytes:
     parts += [_text(name) for name in own.names]
     index = {name: i for i, name in enumerate(own.names)}
     parts += [
+        _U32.pack(own.live),
         _U32.pack(len(own.states)),
         encode_column(own.publisher_ids, "Q"),
         encode_column(own.seqs, "Q"),
         encode_column(own.epochs, "q"),
         own.states,
         encode_column(own.owners, "H"),
+    ]
+    runs = tuple(sorted(set(snap.initial_owners)))
+    run_index = {name: i for i, name in enumerate(runs)}
+    parts.append(_U16.pack(len(runs)))
+    parts += [_text(name) for name in runs]
+    parts += [
+        _U32.pack(len(snap.initial_starts)),
+        encode_column(snap.initial_starts, "q"),
+        encode_column(array("H", map(run_index.__getitem__, snap.initial_owners)), "H"),
         _U32.pack(len(own.early)),
     ]
     parts += [
@@ -219,6 +245,10 @@ def decode(data: bytes) -> ReplicaSnapshot:
     if len(data) < _HEAD.size:
         raise SnapshotFormatError("replicated queue snapshot is truncated")
     magic, crc = _HEAD.unpack_from(data, 0)
+    if magic in _OLDER:
+        raise SnapshotFormatError(
+            f"replicated queue snapshot of an older format ({magic.decode()}, now {MAGIC.decode()})"
+        )
     if magic != MAGIC:
         raise SnapshotFormatError("not a replicated queue snapshot")
     view = memoryview(data)
@@ -233,12 +263,20 @@ def decode(data: bytes) -> ReplicaSnapshot:
     if elsewhere and len(elsewhere) != len(queue.txids):
         raise SnapshotFormatError("replicated queue snapshot: elsewhere flags do not match")
     names = tuple(reader.text() for _ in range(reader.unpack(_U16)[0]))
+    live = reader.unpack(_U32)[0]
     count = reader.unpack(_U32)[0]
     publisher_ids = reader.column(count, "Q")
     seqs = reader.column(count, "Q")
     epochs = reader.column(count, "q")
     states = reader.take(count)
     owners = reader.column(count, "H")
+    run_names = tuple(reader.text() for _ in range(reader.unpack(_U16)[0]))
+    run_count = reader.unpack(_U32)[0]
+    initial_starts = reader.column(run_count, "q")
+    run_owners = reader.column(run_count, "H")
+    if run_count and max(run_owners) >= len(run_names):
+        raise SnapshotFormatError("replicated queue snapshot: a run names an unknown owner")
+    initial_owners = tuple(map(run_names.__getitem__, run_owners))
     early = []
     for _ in range(reader.unpack(_U32)[0]):
         publisher_id, seq, kind_code, by, owner, epoch = reader.unpack(_EARLY)
@@ -257,7 +295,7 @@ def decode(data: bytes) -> ReplicaSnapshot:
     if reader.offset != len(data):
         raise SnapshotFormatError("replicated queue snapshot length does not match its contents")
     ownership = OwnershipSnapshot(
-        names, publisher_ids, seqs, states, owners, epochs, tuple(early),
+        names, live, publisher_ids, seqs, states, owners, epochs, tuple(early),
         tuple(zip(removed_pubs, removed_seqs, strict=True)),
     )  # fmt: skip
     queue = QueueSnapshot(
@@ -267,7 +305,7 @@ def decode(data: bytes) -> ReplicaSnapshot:
     )  # fmt: skip
     return ReplicaSnapshot(
         here, kind, initial_owner, reflects_txid, queue, mono_ms, wall_us, ownership,
-        tuple(deferred), marks,
+        initial_starts, initial_owners, tuple(deferred), marks,
     )  # fmt: skip
 
 

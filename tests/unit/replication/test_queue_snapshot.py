@@ -3,6 +3,7 @@ it equals a replay of the whole log; its bytes round-trip; damage and mismatch a
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -22,6 +23,7 @@ from amps.queue import (
 )
 from amps.queue.snapshot_codec import SnapshotFormatError
 from replication import queue_snapshot
+from replication.initial_owners import InitialOwners
 from replication.ownership import (
     AppendOwnership,
     MessageKey,
@@ -204,6 +206,55 @@ def test_snapshot_then_the_rest_of_the_log_equals_replaying_the_whole_log(
     whole = fresh(policy, options)
     replay(whole, log, now)
     assert state(restored) == state(whole)
+    # A snapshot of the restored queue (its initial owners restored, then extended by the
+    # replay) restores the same queue again.
+    again = queue_snapshot.decode(queue_snapshot.encode(take(Live(restored, txid=live.txid))))
+    assert state(queue_snapshot.restore(again, HERE, policy, options, 0, now)) == state(whole)
+
+
+def test_a_snapshot_stores_only_the_messages_a_record_moved() -> None:
+    """Rule 5: most messages keep their initial owner at epoch 0 and cost nothing one by
+    one; a grant or claim moves one, and the snapshot stores that one."""
+    options = ReplicaOptions()
+    live = Live(fresh(QueuePolicy(), options))
+    for origin in ("a", "a", "b", "b", "a", "c"):
+        live.publish(1, origin, False)
+    snap = take(live)
+    assert snap.ownership.live == 6
+    assert len(snap.ownership.states) == 0
+    assert (list(snap.initial_starts), snap.initial_owners) == ([1, 3, 5, 6], ("a", "b", "a", "c"))
+    moved = live.key_of[3]
+    live.perform(live.replica.ownership_recorded(
+        OwnershipRecord(moved, TransferKind.GRANT, "b", "a", 1), live.now))  # fmt: skip
+    live.perform(live.replica.removed_by_peer([live.key_of[1], live.key_of[2]], live.now))
+    snap = take(live)
+    assert (snap.ownership.live, len(snap.ownership.states)) == (4, 1)
+    assert (snap.ownership.publisher_ids[0], snap.ownership.seqs[0]) == moved
+    # The runs before the oldest message held are forgotten.
+    assert (list(snap.initial_starts), snap.initial_owners) == ([3, 5, 6], ("b", "a", "c"))
+    restored = queue_snapshot.restore(snap, HERE, QueuePolicy(), options, 0, NOW)
+    assert restored.owned_here(moved)
+    assert restored.state_of(live.key_of[4]) is OwnershipState.OWNED_ELSEWHERE
+    assert state(restored) == state(live.replica)
+
+
+def test_initial_owners_runs() -> None:
+    """Runs of (first txid, owner) place every message; one out of order spoils them (a
+    snapshot then stores none, and a restart replays the log)."""
+    runs = InitialOwners()
+    for txid, owner in ((1, "a"), (2, "a"), (4, "b"), (7, "b"), (9, "a")):
+        runs.note(txid, owner)
+    assert (list(runs.starts), runs.owners) == ([1, 4, 9], ["a", "b", "a"])
+    assert runs.runs_over([2, 4, 7, 9, 12]) == [(1, "a"), (2, "b"), (2, "a")]
+    assert runs.runs_over([7, 12]) == [(1, "b"), (1, "a")]
+    runs.prune(7)
+    assert (list(runs.starts), runs.owners) == ([4, 9], ["b", "a"])
+    with pytest.raises(ValueError, match="do not cover"):
+        runs.runs_over([2, 7])
+    runs.note(8, "c")
+    assert runs.disordered
+    with pytest.raises(ValueError, match="do not cover"):
+        runs.runs_over([7])
 
 
 def test_restored_queue_still_grants_acks_and_takes_transfers() -> None:
@@ -252,11 +303,25 @@ def test_damaged_or_foreign_snapshots_are_refused() -> None:
     glq = ReplicaOptions(kind="GroupLocalQueue", initial_owner="b")
     with pytest.raises(ValueError, match="GroupLocalQueue"):
         queue_snapshot.restore(snap, HERE, QueuePolicy(), glq, 0, NOW)
-    # Ownership that does not describe the queue's messages is refused, not half restored.
+    # Ownership that does not describe the queue's messages is refused, not half restored:
+    # initial owners that make the engine's messages owned elsewhere owned here, a live count
+    # that is not the queue's, runs that do not cover its messages, a moved message owned
+    # here that names another owner, or one the queue does not hold.
     own = snap.ownership
-    lying = replace(snap, ownership=replace(own, states=bytes(len(own.states))))
-    with pytest.raises(ValueError, match="ownership snapshot"):
-        queue_snapshot.restore(lying, HERE, QueuePolicy(), options, 0, NOW)
-    short = replace(snap, ownership=replace(own, states=own.states[:-1]))
-    with pytest.raises(ValueError, match="ownership snapshot"):
-        queue_snapshot.restore(short, HERE, QueuePolicy(), options, 0, NOW)
+    all_here = replace(snap, initial_owners=("a",) * len(snap.initial_owners))
+    one_short = replace(snap, ownership=replace(own, live=own.live - 1))
+    uncovered = replace(snap, initial_starts=array("q", [9]), initial_owners=("a",))
+    here_but_b = replace(
+        own, names=("a", "b", "c"), states=b"\0", owners=array("H", [1]),
+        publisher_ids=array("Q", [2]), seqs=array("Q", [2]), epochs=array("q", [1]),
+    )  # fmt: skip
+    unknown = replace(here_but_b, seqs=array("Q", [7]), states=b"\1")
+    for lying in (all_here, one_short, uncovered, replace(snap, ownership=here_but_b),
+                  replace(snap, ownership=unknown)):  # fmt: skip
+        with pytest.raises(ValueError, match=r"ownership snapshot|initial owners"):
+            queue_snapshot.restore(lying, HERE, QueuePolicy(), options, 0, NOW)
+    # A snapshot of the older format (one row per message) is refused: the log is replayed.
+    older = b"ARQ1" + data[4:]
+    assert queue_snapshot.is_replica_snapshot(older)
+    with pytest.raises(SnapshotFormatError, match="older format"):
+        queue_snapshot.decode(older)
