@@ -496,7 +496,10 @@ def bench_memory(label: str, extra: str, count: int, quick: bool,
 
 # --------------------------------------------------------------------------- 4: restart
 
-RECOVERED = re.compile(r"queues recovered from (\d+) log records in ([\d.]+) s")
+RECOVERED = re.compile(
+    r"queues recovered from (\d+) log records in ([\d.]+) s(?: \(([\d.]+) s CPU\))?"
+)
+RESTORED = re.compile(r"snapshot restored at txid \d+ .*?in ([\d.]+) s CPU")
 
 
 def stored_snapshot_txid(instance: InstanceProcess) -> int | None:
@@ -584,6 +587,10 @@ def measure_restart(instance: InstanceProcess, label: str) -> None:
     recovered = next((m for line in instance.output if (m := RECOVERED.search(line))), None)
     replay = (f"replayed {int(recovered[1]):,} log records in {float(recovered[2]):.2f} s"
               if recovered else "no recovery line")  # fmt: skip
+    if recovered and recovered[3]:
+        restored = [float(m[1]) for line in instance.output if (m := RESTORED.search(line))]
+        snapshot_cpu = f", snapshot restore {sum(restored):.2f} s CPU" if restored else ""
+        replay += f" ({float(recovered[3]):.2f} s CPU{snapshot_cpu})"
     full = f"{seen['full'] - started:.2f} s" if "full" in seen else f"not reached ({seen})"
     first_s = f"{first['first'] - started:.2f} s" if first["first"] else "none"
     print(f"restart after SIGKILL, {label}: first delivery {first_s}, depth {expected:,} "
