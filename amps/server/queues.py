@@ -93,6 +93,17 @@ def _stamps_ms(stamps_us: Sequence[int], wall_us: int, now_ms: int) -> list[int]
     return [now_ms - max(0, (wall_us - stamp) // 1000) for stamp in stamps_us]
 
 
+def _origin_runs(origins: list[str]) -> list[slice]:
+    """The runs of equal origins in `origins`, in order."""
+    runs = []
+    start = 0
+    for index in range(1, len(origins) + 1):
+        if index == len(origins) or origins[index] != origins[start]:
+            runs.append(slice(start, index))
+            start = index
+    return runs
+
+
 def policy_for(config: QueueConfig) -> QueuePolicy:
     """The engine's view of a queue's configuration."""
     return QueuePolicy(
@@ -352,13 +363,21 @@ class QueueDriver:
             if self.reads_heads and not any(r.expiration_s for r in records):
                 # Columns, no event per message (the replica's bulk path, as below).
                 wall_us = self.instance.wall_us()
-                replicated = self.replica.published_plain(
-                    [r.txid for r in records], [r.publisher_id for r in records],
-                    [r.seq for r in records],
-                    _stamps_ms([r.timestamp_us for r in records], wall_us, now_ms),
-                    [r.origin_instance or here for r in records], now_ms,
-                )  # fmt: skip
-                self.run(replicated, now_ms, recovering=recovering)
+                origins = [r.origin_instance or here for r in records]
+                runs = [slice(None)]
+                if recovering and self.replica.options.kind == "Queue":
+                    runs = _origin_runs(origins)
+                for run in runs:
+                    # A replay has no subscriber to deliver to: each origin's run is one
+                    # bulk step (one owner), as the live steps that logged them mostly were.
+                    rows = records[run]
+                    replicated = self.replica.published_plain(
+                        [r.txid for r in rows], [r.publisher_id for r in rows],
+                        [r.seq for r in rows],
+                        _stamps_ms([r.timestamp_us for r in rows], wall_us, now_ms),
+                        origins[run], now_ms,
+                    )  # fmt: skip
+                    self.run(replicated, now_ms, recovering=recovering)
                 return
             events: list[MessagePublished] = []
             origins: list[str] = []
