@@ -363,10 +363,10 @@ class QueueDriver:
             if self.reads_heads and not any(r.expiration_s for r in records):
                 # Columns, no event per message (the replica's bulk path, as below).
                 wall_us = self.instance.wall_us()
-                origins = [r.origin_instance or here for r in records]
+                from_origin = [r.origin_instance or here for r in records]
                 runs = [slice(None)]
                 if recovering and self.replica.options.kind == "Queue":
-                    runs = _origin_runs(origins)
+                    runs = _origin_runs(from_origin)
                 for run in runs:
                     # A replay has no subscriber to deliver to: each origin's run is one
                     # bulk step (one owner), as the live steps that logged them mostly were.
@@ -375,7 +375,7 @@ class QueueDriver:
                         [r.txid for r in rows], [r.publisher_id for r in rows],
                         [r.seq for r in rows],
                         _stamps_ms([r.timestamp_us for r in rows], wall_us, now_ms),
-                        origins[run], now_ms,
+                        from_origin[run], now_ms,
                     )  # fmt: skip
                     self.run(replicated, now_ms, recovering=recovering)
                 return
