@@ -7,6 +7,9 @@ run. Prints; asserts nothing. The machine is shared: read the ratios.
 1. end to end, one instance: one publisher and four consumers (backlog 100), 1 KB JSON, first
    publish to last ack (the reference);
 2. the same with a sync peer b (queue replicated both ways), consumers on the owner a only;
+   parts 1 and 2 also print each instance's CPU per message (user + sys, from the first
+   publish to its queue being empty again) and the consumers', and the pair's CPU against the
+   single instance's: on a shared machine the wall ratio moves with the load, this less;
 3. consumers on both instances (two on a, two on b), publishes on a: the rate and the share
    the owner served locally (R3);
 4. consumers only on b (every message transferred, R4/R5): messages/s, and publish-to-delivery
