@@ -13,7 +13,11 @@ same run, as a ratio. Prints; asserts nothing.
    after its own fsync made it durable (`Instance._after_commit`), so the delivery's arrival at
    the subscriber is an upper bound of the moment it was durable. With each lag figure the
    instances' own hop timings (`/amps/instance` `hops`: A's link send wait, write and ack wait,
-   B's receive -> durable) and both fsync means say where the time went;
+   B's receive -> durable) and both fsync means say where the time went. B's own figure
+   (`replicated_lag`: each publish from its timestamp on A to durable on B) is printed beside,
+   and again from a run without subscriber processes: at 5,000 msg/s the five processes of
+   the run need about two cores, so each process's CPU per message and the cores busy are
+   printed too (the latency runs print them as well);
 4. catch-up of an instance that missed N messages, against the origin's own epoch replay;
 5. per record, in-process: what a link costs on each side (read, frame, decode, append), the
    old way (records encoded again, appended one at a time) beside the frames-as-logged way;
