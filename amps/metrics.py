@@ -543,7 +543,9 @@ OWNERSHIP_METRICS: tuple[tuple[MetricSpec, OwnershipReader], ...] = (
         MetricSpec(
             "amps_queue_transfer_requests_unanswered",
             "counter",
-            "Requests this instance sent that no grant answered in time (a refusal is silence)",
+            "Requests this instance sent that were not granted to it within "
+            "TransferRequestTimeout (a refusal is silence; granted to another, acked "
+            "elsewhere or claimed here first count too)",
             NODE_QUEUE,
         ),
         lambda o: o.requests_unanswered,

@@ -324,6 +324,9 @@ class Ownership:
         self._transferred_out = 0
         self._requests_sent = 0
         self._requests_granted = 0
+        # Every request sent ends answered (granted to here) or unanswered (Rule 4: anything
+        # else within the timeout, refusal being silence); the rest are outstanding.
+        self._requests_answered = 0
         self._requests_unanswered = 0
         self._proxied_claims = 0
         self._superseded = 0
@@ -439,8 +442,12 @@ class Ownership:
         if early:
             early.pop(key, None)
         entry = self._entries.pop(key, None)
-        if entry is not None and entry.state in _OWNED:
-            self._owned -= 1
+        if entry is not None:
+            state = entry.state
+            if state in _OWNED:
+                self._owned -= 1
+            elif state is S.REQUESTED:
+                self._requests_unanswered += 1  # it left while we asked: never granted to us
         moved = self._moved
         if moved:
             moved.discard(key)
@@ -465,9 +472,11 @@ class Ownership:
                 self.remove(key)
             return
         popped = list(map(self._entries.pop, keys, repeat(None)))
-        if self._owned:
+        outstanding = self._requests_sent - self._requests_answered - self._requests_unanswered
+        if self._owned or outstanding:
             states = list(map(attrgetter("state"), filter(None, popped)))
             self._owned -= states.count(S.OWNED_HERE) + states.count(S.CLAIMED_BY_PROXY)
+            self._requests_unanswered += states.count(S.REQUESTED)  # never granted to us
         if self._moved:
             self._moved.difference_update(keys)
         removed.update(dict.fromkeys(keys))
@@ -495,7 +504,7 @@ class Ownership:
 
     def check_invariants(self) -> None:
         """Counts agree with the entries; every entry's fields fit its state."""
-        owned = 0
+        owned = requested = 0
         for key, entry in self._entries.items():
             assert entry.state is not S.REMOVED
             assert key not in self._removed
@@ -507,10 +516,13 @@ class Ownership:
                 assert entry.owner != self.here, (key, entry)
             if entry.state is S.REQUESTED:
                 assert entry.request_deadline_ms > 0
+                requested += 1
             # A snapshot stores only the moved: every other entry is its initial ownership.
             assert key in self._moved or (entry.epoch == 0 and entry.state is not S.GRANTED)
         assert self._moved <= self._entries.keys()
         assert owned == self._owned
+        answered = self._requests_answered + self._requests_unanswered
+        assert self._requests_sent == answered + requested
         assert len(self._early) <= self._max_early
         assert len(self._removed) <= self._max_removed
 
@@ -724,6 +736,11 @@ class Ownership:
         entry = self._unshared(key, entry)
         self._moved.add(key)
         was_owned = entry.state in (S.OWNED_HERE, S.CLAIMED_BY_PROXY)
+        if entry.state is S.REQUESTED:  # our request is over: a grant to us answers it
+            if record.kind is TransferKind.GRANT and record.owner == self.here:
+                self._requests_answered += 1
+            else:
+                self._requests_unanswered += 1
         entry.owner = record.owner
         entry.epoch = record.epoch
         entry.request_deadline_ms = 0

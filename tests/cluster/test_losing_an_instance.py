@@ -195,6 +195,21 @@ async def test_the_runbook_drains_a_dead_owners_queue_and_reconciles_it(mesh: Cl
             await consume(back, on_a2, AFTER, "a", deliveries)
         assert await more_within(on_b, 0.5) == []
     await wait_until(lambda: all(queue_json(i)["queue_depth"] == 0 for i in (a, b, c)))
+    # c's requests went to a dead owner, then to b as its proxy: each one it sent was granted
+    # to it (a transfer in) or is unanswered (issue 9), the same in the JSON, /metrics and
+    # the CLI; a grant that came after its request timed out counts in both.
+    on_c = queue_json(c)
+    sent, unanswered = on_c["transfer_requests_sent"], on_c["transfer_requests_unanswered"]
+    assert isinstance(sent, int)
+    assert isinstance(unanswered, int)
+    assert sent > 0
+    assert on_c["transferred_in"] + unanswered >= sent, on_c  # type: ignore[operator]
+    metrics = await asyncio.to_thread(admin, c, "metrics")
+    line = f'amps_queue_transfer_requests_unanswered_total{{node="c",queue="work"}} {unanswered}.0'
+    assert line in metrics
+    table = (await asyncio.to_thread(admin, c, "queues")).split("\n\n")[1]
+    header, row = table.splitlines()
+    assert dict(zip(header.split(), row.split(), strict=True))["UNANSWERED"] == str(unanswered)
 
     # The checker: nothing lost or left unacked; the only messages delivered twice are those
     # leased on a when it died (the documented duplicates), each once more, by b.

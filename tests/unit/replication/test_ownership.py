@@ -260,3 +260,45 @@ def test_bulk_enter_and_remove_leave_what_one_at_a_time_leaves() -> None:
     assert [bulk.state_of(k) for k in mine + theirs] == [single.state_of(k) for k in mine + theirs]
     assert bulk.state_of((2, 4)) is S.OWNED_ELSEWHERE
     assert bulk.state_of((1, 5)) is S.OWNED_HERE
+
+
+def test_a_request_not_granted_to_its_requester_in_time_is_unanswered() -> None:
+    """R4, R5 (issue 9): a refusal is silence, so every request sent ends either granted to
+    its requester before the request timeout, or unanswered, whatever happened instead: the
+    timeout, a grant to another instance, the message removed (acked elsewhere), or a proxied
+    claim here. A grant that comes after the timeout does not undo the count."""
+    cluster = OwnershipCluster("a", "b", "c")
+    entered(cluster, "a")
+    cluster.handle("b", TakerWaiting(KEY))
+    cluster.handle("c", TakerWaiting(KEY))
+    cluster.deliver_all()  # b asked first: granted to b, so c's request was not answered
+    unanswered = {n: m.statistics().requests_unanswered for n, m in cluster.machines.items()}
+    assert unanswered == {"a": 0, "b": 0, "c": 1}
+
+    removed = (1, 8)
+    entered(cluster, "a", removed)
+    cluster.handle("b", TakerWaiting(removed))  # lost on the way
+    cluster.handle("b", Removed(removed))  # a's own subscriber took it
+    assert cluster.machines["b"].statistics().requests_unanswered == 1
+
+    late = (1, 9)
+    entered(cluster, "a", late)
+    cluster.handle("c", TakerWaiting(late))
+    cluster.now_ms += TIMEOUT_MS
+    cluster.perform("c", cluster.machines["c"].on_deadline(cluster.now_ms))
+    cluster.deliver_all()  # the grant arrives after the request timed out
+    assert cluster.owners(late) == {"c"}
+    assert cluster.machines["c"].statistics().requests_unanswered == 2
+
+    claimed = (1, 10)
+    entered(cluster, "a", claimed)
+    machine = cluster.machines["b"]
+    cluster.handle("b", TakerWaiting(claimed))  # lost: a is gone
+    machine.proxied_transfer = True
+    machine.unreachable = frozenset({"a"})
+    cluster.handle("b", TakerWaiting(claimed))
+    assert machine.state_of(claimed) is S.CLAIMED_BY_PROXY
+    stats = machine.statistics()
+    assert (stats.requests_sent, stats.requests_unanswered) == (3, 2)
+    for name in cluster.machines:
+        cluster.machines[name].check_invariants()  # sent = answered + unanswered + pending
