@@ -72,6 +72,7 @@ def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
                 requester=frame.requester,
                 owner=frame.owner,
                 hops_left=frame.hops_left,
+                request_id=frame.request_id,
             )
         )
     digest = frame.digest
@@ -275,6 +276,7 @@ def from_pb(message: pb.LinkFrame | WireBatch) -> Frame:
             request.requester,
             request.owner,
             request.hops_left,
+            request.request_id,
         )
     if kind == "hello":
         hello = message.hello

@@ -130,13 +130,15 @@ class TransferRequest:
     """R4: `requester` asks `owner` for messages of `queue`, named by bookmark (`keys`: one
     step's requests in one frame). Never logged: a lost request is a refusal, and the requester
     asks again. An instance that is not the owner forwards it towards the owner (passthrough)
-    while `hops_left` > 0."""
+    while `hops_left` > 0. `request_id` is unique per requester: each instance forwards and
+    answers a request once (`routing.RequestsSeen`); 0 (an older peer) is never de-duplicated."""
 
     queue: str
     keys: tuple[tuple[int, int], ...]
     requester: str
     owner: str
     hops_left: int
+    request_id: int = 0
 
 
 Frame = Hello | Batch | Ack | Heartbeat | Refusal | TransferRequest

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -60,7 +61,7 @@ from replication.link_core import (
 from replication.origins import OriginHeads, OriginLags
 from replication.positions import PositionBook
 from replication.reachability import Reachability
-from replication.routing import MAX_REQUEST_HOPS, Route, route_request
+from replication.routing import MAX_REQUEST_HOPS, RequestsSeen, Route, route_request
 from replication.topology import Topology
 
 if TYPE_CHECKING:
@@ -208,6 +209,10 @@ class Replicator:
         self.book = PositionBook(_load_positions(self._positions_path))
         self._log = _CachedLog(instance)
         self.reachability = Reachability(config.name)
+        # R4, routing Rule 5: each request is forwarded and answered here once. Ids start at a
+        # random point at every start, so a restart's ids are not taken for copies of old ones.
+        self.requests_seen = RequestsSeen()
+        self._next_request_id = secrets.randbits(62) + 1
         self.heads = OriginHeads(config.name)
         self.lags = OriginLags(config.name, self.book)
         replication = config.replication
@@ -389,7 +394,11 @@ class Replicator:
     ) -> None:
         """R4: ask `owner` for queued messages, in one frame; lost when no link leads there
         (a refusal)."""
-        request = TransferRequest(queue, tuple(keys), self.local, owner, MAX_REQUEST_HOPS)
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        request = TransferRequest(
+            queue, tuple(keys), self.local, owner, MAX_REQUEST_HOPS, request_id
+        )
         self._route_request(request, "")
 
     def _route_request(self, request: TransferRequest, came_from: str) -> None:
@@ -404,6 +413,8 @@ class Replicator:
             self._execute(session, session.core.send_request(request, now_ms))
 
     def _request_arrived(self, request: TransferRequest, came_from: str) -> None:
+        if not self.requests_seen.first(request):
+            return  # a copy that came by another path: answered and forwarded already
         queues = self.instance.queues
         if request.owner == self.local:
             queues.transfer_requested(request, proxy=False)

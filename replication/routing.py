@@ -15,10 +15,14 @@ Rule 4: a transfer request (R4) is never logged; it goes to its owner when the o
 ready neighbour, else to every other ready neighbour with one hop less (R9: passthrough
 towards an owner that is not a neighbour), never back where it came from or to its requester,
 and nowhere once its hops are spent (`route_request`; a lost request is a refusal).
+Rule 5: an instance forwards and answers a given transfer request once (`RequestsSeen`, by
+requester and request id): in a mesh with passthrough, copies of one request arrive by every
+path, and forwarding each would send (N-2)(N-4)^(h-1) frames on hop h.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -185,3 +189,29 @@ def route_request(
     skip = (came_from, request.requester)
     onwards = replace(request, hops_left=request.hops_left - 1)
     return onwards, tuple(p for p in peers if p not in skip)
+
+
+class RequestsSeen:
+    """Rule 5: the transfer requests this instance forwarded or answered, by (requester,
+    request id), the newest `capacity` of them (a copy arrives within a few link delays)."""
+
+    def __init__(self, capacity: int = 16_384) -> None:
+        assert capacity > 0
+        self._capacity = capacity
+        self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self.copies = 0  # copies dropped, for statistics and tests
+
+    def first(self, request: TransferRequest) -> bool:
+        """True the first time a request arrives here; False for a copy (drop it). A request
+        without an id (0: from an older peer) is always new: only its hops bound it."""
+        if not request.request_id:
+            return True
+        key = (request.requester, request.request_id)
+        seen = self._seen
+        if key in seen:
+            self.copies += 1
+            return False
+        seen[key] = None
+        if len(seen) > self._capacity:
+            seen.popitem(last=False)
+        return True

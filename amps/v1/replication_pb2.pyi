@@ -340,7 +340,9 @@ Global___LinkAck: _TypeAlias = LinkAck  # noqa: Y015
 class TransferRequest(_message.Message):
     """R4: `requester` asks `owner` for queued messages, named by bookmark (publisher_ids[i],
     seqs[i]). Never logged (a lost request is a refusal); an instance that is not the owner
-    forwards it towards the owner while hops_left > 0.
+    forwards it towards the owner while hops_left > 0. request_id, unique per requester,
+    lets every instance forward and answer one request once, whatever paths it comes by
+    (0: an older peer's request, not de-duplicated).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -351,10 +353,12 @@ class TransferRequest(_message.Message):
     REQUESTER_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
     HOPS_LEFT_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     requester: _builtins.str
     owner: _builtins.str
     hops_left: _builtins.int
+    request_id: _builtins.int
     @_builtins.property
     def publisher_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -368,10 +372,11 @@ class TransferRequest(_message.Message):
         requester: _builtins.str = ...,
         owner: _builtins.str = ...,
         hops_left: _builtins.int = ...,
+        request_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hops_left", b"hops_left", "owner", b"owner", "publisher_ids", b"publisher_ids", "queue", b"queue", "requester", b"requester", "seqs", b"seqs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hops_left", b"hops_left", "owner", b"owner", "publisher_ids", b"publisher_ids", "queue", b"queue", "request_id", b"request_id", "requester", b"requester", "seqs", b"seqs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -38,6 +38,7 @@ import argparse
 import random
 import sys
 import traceback
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -65,7 +66,13 @@ from replication.link_core import (
 from replication.ownership import MessageKey
 from replication.positions import PositionBook
 from replication.reachability import Reachability
-from replication.routing import MAX_REQUEST_HOPS, REPLICATED_REMOVALS, Route, route_request
+from replication.routing import (
+    MAX_REQUEST_HOPS,
+    REPLICATED_REMOVALS,
+    RequestsSeen,
+    Route,
+    route_request,
+)
 
 from .disk import SimDisk
 from .network import SimNetwork, Stream
@@ -181,10 +188,15 @@ class Instance:
         self.down_until_ms = 0
         self.proxied = False
         self.skew_ms = 0  # its clock runs this far ahead of the cluster's
+        self.boots = 0
+        self.request_ids = 0  # the last transfer request id it used (never reused, as the
+        # server's random start at each boot makes a reuse unlikely)
         self.boot(0)
 
     def boot(self, now_ms: int) -> None:
         """Start (again) from the durable log and the last saved position book."""
+        self.boots += 1
+        self.requests_seen = RequestsSeen()  # in memory: a restart forgets it
         self.book = PositionBook(self.saved_book)  # type: ignore[arg-type]
         kind = NeighboursOnly if self.options.break_reachability else Reachability
         self.reachability = kind(self.name)
@@ -301,6 +313,10 @@ class Cluster:
         self.published = 0
         self.transcript: list[str] = []
         self.documented_duplicates = 0
+        # transfer request frames sent, per request (requester, id): routing Rule 5's count
+        self.request_frames: Counter[tuple[str, int]] = Counter()
+        # requests offered to an instance's queues, per (instance, boot, requester, id)
+        self.request_offers: Counter[tuple[str, int, str, int]] = Counter()
         self.proxied_keys: set[MessageKey] = set()  # claimed or granted by a proxy (R7)
         # republished after failover while another instance held a copy (issue 9): until each
         # instance hears of the other copy, both may deliver it (the documented duplicate)
@@ -434,7 +450,10 @@ class Cluster:
             else:
                 raise AssertionError(f"unknown action {action!r}")
         for (queue, owner), keys in requests.items():
-            frame = RequestFrame(queue, tuple(keys), instance.name, owner, MAX_REQUEST_HOPS)
+            instance.request_ids += 1
+            frame = RequestFrame(
+                queue, tuple(keys), instance.name, owner, MAX_REQUEST_HOPS, instance.request_ids
+            )
             self.route_request(instance, frame, "")
 
     def lease(self, instance: Instance, lease: Lease) -> None:
@@ -740,15 +759,22 @@ class Cluster:
         request, targets = route_request(request, ready, came_from)
         now_ms = self.clock(instance)
         for peer in targets:
-            self.link_actions(instance, peer, links[peer].send_request(request, now_ms))
+            sent = links[peer].send_request(request, now_ms)
+            if sent:
+                self.request_frames[(request.requester, request.request_id)] += 1
+            self.link_actions(instance, peer, sent)
 
     def request_arrived(self, instance: Instance, sender: str, request: RequestFrame) -> None:
         """As the server's link adapter: the owner answers; any other instance offers it to
         its queue as a proxy (R7: answered only with proxied transfer on and the owner
-        unreachable) and sends it on towards the owner."""
+        unreachable) and sends it on towards the owner; each request once (routing Rule 5)."""
+        if not instance.requests_seen.first(request):
+            return  # a copy by another path: answered and forwarded already (routing Rule 5)
         queue = instance.queues[request.queue]
         now_ms = self.clock(instance)
         self.perform(instance, queue.set_unreachable(instance.unreachable(now_ms), now_ms))
+        ident = (instance.name, instance.boots, request.requester, request.request_id)
+        self.request_offers[ident] += 1
         if request.owner == instance.name or instance.proxied:
             for key in request.keys:
                 asked = TransferRequest(queue.name, key, request.requester, request.owner)

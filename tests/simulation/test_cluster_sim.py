@@ -123,3 +123,24 @@ def test_in_a_line_requests_and_grants_cross_the_middle_instance() -> None:
 
 def test_a_seed_replays_exactly() -> None:
     assert run_seed(42).transcript == run_seed(42).transcript
+
+
+MESH_SEEDS = 4
+
+
+def test_in_a_mesh_of_seven_each_instance_forwards_and_answers_a_request_once() -> None:
+    """R4, R9 (routing Rule 5): with an owner down in a mesh of seven, passing everything
+    through, a request reaches the others by every path; each instance forwards and answers
+    it once (by requester and request id), so a request costs at most one frame per link
+    direction, not (N-2)(N-4)^(h-1) frames on hop h."""
+    instances = 7
+    forwarded = 0
+    for seed in range(MESH_SEEDS):
+        cluster = run_seed(seed, SimOptions(instances=instances, crash_probability=0.05))
+        frames = cluster.request_frames
+        assert frames, "no transfer request was sent"
+        worst = max(frames.values())
+        assert worst <= instances * (instances - 1), (seed, worst)
+        assert max(cluster.request_offers.values()) == 1, seed
+        forwarded += sum(1 for count in frames.values() if count > 1)
+    assert forwarded > 0  # some requests did go round an owner that was not a neighbour

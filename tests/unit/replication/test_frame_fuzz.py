@@ -103,6 +103,7 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
         st.text(min_size=1, max_size=12),
         st.text(min_size=1, max_size=12),
         st.integers(0, 2**32 - 1),
+        U64,
     ),
 )
 
