@@ -384,8 +384,14 @@ class QueueReplica:
     ) -> list[ReplicaAction]:
         """A removal replicated from a peer (an ack anywhere, the owner's expiry, an
         at-most-once send): applied silently (Rule 5). An ack for a message not here yet is
-        remembered (the deferred acks, DeferredAckExpiration)."""
+        remembered (the deferred acks, DeferredAckExpiration). A barrier here is this
+        instance's own to release or expire (Rule 2, R6): a peer's removal of it (an older
+        peer replicated its barrier expiries) is ignored."""
         keys = list(bookmarks)
+        engine = self.engine
+        if engine.policy.has_barrier:
+            txid_of, is_barrier = engine.txid_of, engine.is_barrier
+            keys = [k for k in keys if (t := txid_of(k)) is None or not is_barrier(t)]
         if self.tracks_ownership:
             # A message that already left here (or whose early ack is deferred already): the
             # engine's bookmark index may have forgotten it (compacted, or restored from a

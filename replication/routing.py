@@ -3,8 +3,9 @@
 Rule 1: publishes, a queue's removals that hold on every instance (acks, the owner's
 expiries, at-most-once sends: `REPLICATED_REMOVALS`) and ownership records (grants and
 claims, `TransferRecord`) replicate; a queue's record matches a destination's Topic by its
-queue's name and ignores the Topic's Filter. Deliveries, leases, barrier releases (each
-instance releases its own, R6) and a LocalQueue's records stay local.
+queue's name and ignores the Topic's Filter. Deliveries, leases, barrier releases and
+expiries (`BARRIER_EXPIRED`: each instance releases or expires its own, R6) and a LocalQueue's
+records stay local.
 Rule 2: a record never goes back to its origin, and goes to a destination only when it
 originated here or its origin's group matches the destination's PassThrough. A record that
 reaches an instance twice (a triangle) is discarded there as a duplicate and never appended,

@@ -43,6 +43,7 @@ class QueueAction(IntEnum):
     EXPIRED = 6  # left the queue by Expiration, MaxDeliveries or MaxCancels; `reason` says which
     LEASE_RETURNED = 7  # lease ran out or holder disconnected; back in the queue (Q6)
     BARRIER_RELEASED = 8  # barrier message sent to every subscriber (A3)
+    BARRIER_EXPIRED = 9  # barrier message left by expiry; like a release, per instance (R6)
 
 
 @dataclass(frozen=True, slots=True)

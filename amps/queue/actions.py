@@ -89,12 +89,14 @@ class RecordRemoval(Action):
     """Append a log record saying `txid` left the queue; must be durable before later delivery.
 
     `delivery_count` is how many times it was delivered before (0 for an at-most-once send).
+    `barrier`: it was a barrier message (A3), whose removal is each instance's own (R6).
     """
 
     txid: int
     reason: RemovalReason
     expire_reasons: ExpireReason = NO_REASON
     delivery_count: int = 0
+    barrier: bool = False
 
 
 @dataclass(frozen=True, slots=True)

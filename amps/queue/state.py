@@ -263,7 +263,8 @@ class QueueState:
         else:
             assert state == INACTIVE
             self.inactive_count -= 1
-        if table.flags[slot] & BARRIER:
+        barrier = bool(table.flags[slot] & BARRIER)
+        if barrier:
             self.barriers.remove(txid)
         table.mark_removed(slot)
         self.removals_since_check += 1
@@ -272,7 +273,8 @@ class QueueState:
         else:
             self._count_removal(reason, expire_reasons)
         if record:
-            actions.append(RecordRemoval(txid, reason, expire_reasons, table.delivery_count[slot]))
+            count = table.delivery_count[slot]
+            actions.append(RecordRemoval(txid, reason, expire_reasons, count, barrier))
             if reason is RemovalReason.EXPIRED:
                 actions.append(PublishDeadLetter(txid, expire_reasons))
 

@@ -79,6 +79,7 @@ REMOVAL_RECORD: dict[RemovalReason, QueueAction] = {
 }
 RECORD_REMOVAL = {action: reason for reason, action in REMOVAL_RECORD.items()}
 RECORD_REMOVAL[QueueAction.EXPIRE] = RemovalReason.EXPIRED
+RECORD_REMOVAL[QueueAction.BARRIER_EXPIRED] = RemovalReason.EXPIRED
 _REMOVED_WHEN_SENT = (QueueAction.DELIVERED_AT_MOST_ONCE, QueueAction.BARRIER_RELEASED)
 # R7: how often the owners' reachability is looked at while proxied transfer is on (how long
 # an owner may be silent first is Replication/ReachabilityInterval).
@@ -124,18 +125,23 @@ def policy_for(config: QueueConfig) -> QueuePolicy:
 
 
 _ACK_LIST_RE = re.compile(r"(?:[0-9]{1,19}\|[0-9]{1,19}\|,)*[0-9]{1,19}\|[0-9]{1,19}\|")
-_RECORD_KEYS: dict[tuple[RemovalReason, ExpireReason], tuple[QueueAction, str]] = {}
+_RECORD_KEYS: dict[tuple[RemovalReason, ExpireReason, bool], tuple[QueueAction, str]] = {}
 
 
-def _record_key(reason: RemovalReason, expire_reasons: ExpireReason) -> tuple[QueueAction, str]:
-    """The QueueRecord (action, reason text) of a removal (cached: Flag arithmetic is slow)."""
-    key = _RECORD_KEYS.get((reason, expire_reasons))
+def _record_key(
+    reason: RemovalReason, expire_reasons: ExpireReason, barrier: bool = False
+) -> tuple[QueueAction, str]:
+    """The QueueRecord (action, reason text) of a removal (cached: Flag arithmetic is slow).
+    A barrier's expiry is `BARRIER_EXPIRED`: like its release, it stays on this instance (R6)."""
+    key = _RECORD_KEYS.get((reason, expire_reasons, barrier))
     if key is None:
         queue_action = REMOVAL_RECORD[reason]
         if expire_reasons & ExpireReason.FORCED_EXPIRE:
             queue_action = QueueAction.EXPIRE
+        if barrier and reason is RemovalReason.EXPIRED:
+            queue_action = QueueAction.BARRIER_EXPIRED
         text = expire_reasons.reason_text() if expire_reasons else ""
-        key = _RECORD_KEYS[(reason, expire_reasons)] = (queue_action, text)
+        key = _RECORD_KEYS[(reason, expire_reasons, barrier)] = (queue_action, text)
     return key
 
 
@@ -728,10 +734,13 @@ class QueueDriver:
                     if (
                         reason is not last_reason
                         or expire_reasons is not last_expire
+                        or action.barrier
                         or not removals
                     ):
                         last_reason, last_expire = reason, expire_reasons
-                        key = _record_key(reason, expire_reasons)
+                        if action.barrier:  # its record is not the next removal's
+                            last_reason = None
+                        key = _record_key(reason, expire_reasons, action.barrier)
                         found = removals.get(key)
                         if found is None:
                             found = removals[key] = ([], [], [])

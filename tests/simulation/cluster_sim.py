@@ -743,6 +743,10 @@ class Cluster:
     def apply_replicated(self, instance: Instance, records: Sequence[Record]) -> None:
         """The instance's one de-duplicating append path for a peer's records (L4, R9)."""
         for record in records:
+            if isinstance(record, QueueRecord):
+                keys = {(b.publisher_id, b.seq) for b in record.bookmarks}
+                if not keys.isdisjoint(self.barriers):  # R6: released or expired per instance
+                    self.fail(f"{record.action.name} of barrier {keys} crossed a link")
             stamped = instance.disk.append_replicated(record)
             now_ms = self.clock(instance)
             if stamped is not None:
@@ -932,8 +936,8 @@ class Cluster:
     def check_accounted(self) -> None:
         """Nothing lost: every persisted publish left by an ack (a barrier by its release) or
         with a dead letter: once in the cluster, or on every instance for a LocalQueue's
-        copies and a barrier (R6). A barrier of a replicated queue that one instance expired
-        left the others by that replicated removal."""
+        copies and a barrier (R6): each instance releases or expires its own, by its own
+        record."""
         delivered = (QueueAction.ACK, QueueAction.BARRIER_RELEASED)
         left = {
             self.copy_of((b.publisher_id, b.seq), i.name)
@@ -944,7 +948,7 @@ class Cluster:
         }
         expired = {key for key, _ in self.dead_letters}
         for key in self.persisted:
-            if self.spec_of(key).replicated and key in expired:
+            if not self.per_instance(key) and key in expired:
                 continue
             copies = [(key, n) for n in self.names] if self.per_instance(key) else [(key, "")]
             for copy in copies:

@@ -463,7 +463,9 @@ def _removal_record(queue: str, key: MessageKey, removal: RecordRemoval) -> Queu
         return QueueRecord(0, 0, queue, QueueAction.BARRIER_RELEASED, bookmarks=bookmarks)
     assert removal.reason is RemovalReason.EXPIRED, removal
     reason = removal.expire_reasons.reason_text()
-    return QueueRecord(0, 0, queue, QueueAction.EXPIRED, bookmarks=bookmarks, reason=reason)
+    # R6: a barrier's expiry, like its release, is this instance's own and stays here.
+    action = QueueAction.BARRIER_EXPIRED if removal.barrier else QueueAction.EXPIRED
+    return QueueRecord(0, 0, queue, action, bookmarks=bookmarks, reason=reason)
 
 
 def _removal_of(record: QueueRecord) -> tuple[RemovalReason, ExpireReason]:

@@ -180,6 +180,19 @@ def test_barrier_released_per_instance() -> None:
     cluster.check()
 
 
+def test_a_peers_removal_never_removes_a_barrier_here() -> None:
+    """R6 (issue 9): a barrier is each holder's own to release or expire; a peer's removal
+    of it (an older peer replicated its barrier expiries) leaves the copy here alone."""
+    replica = QueueReplica("b", QueueEngine(QueuePolicy(has_barrier=True)), ReplicaOptions())
+    ordinary = MessagePublished(1, 7, 1, 0)
+    barrier = MessagePublished(2, 7, 2, 0, is_barrier=True)
+    replica.published([ordinary, barrier], ["a", "a"], 0)
+    replica.removed_by_peer([(7, 1), (7, 2)], 1, RemovalReason.EXPIRED)
+    assert replica.engine.txid_of((7, 1)) is None
+    assert replica.engine.txid_of((7, 2)) == 2
+    replica.check_invariants()
+
+
 def test_transfer_request_beyond_the_window_activates_up_to_it() -> None:
     cluster = ReplicaCluster(
         ("a", "b"), policy=QueuePolicy(target_queue_depth=2, max_per_subscription_backlog=10)

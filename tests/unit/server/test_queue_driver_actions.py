@@ -224,3 +224,32 @@ async def test_replayed_heads_build_the_queue_that_records_build() -> None:
         by_heads.stop()
         assert by_heads.engine.snapshot() == by_records.engine.snapshot()
         assert by_heads.engine.statistics(NOW_MS) == by_records.engine.statistics(NOW_MS)
+
+
+def test_a_barriers_expiry_is_its_own_record_which_stays_on_this_instance() -> None:
+    """R6 (issue 9): a barrier is released or expired by each instance that holds it, so its
+    expiry is written as BARRIER_EXPIRED, which no destination takes; the ordinary expiries
+    around it keep their one EXPIRED record, which replicates."""
+    from dataclasses import replace
+
+    from amps.config.model import DestinationConfig, ReplicationTransportConfig
+    from replication.routing import Route
+
+    driver, instance, _ = _driver({t: _record(t) for t in range(1, 5)})
+    expired, limit = RemovalReason.EXPIRED, ExpireReason.TIME_LIMIT
+    actions: list[Action] = [
+        RecordRemoval(1, expired, limit),
+        RecordRemoval(2, expired, limit, barrier=True),
+        RecordRemoval(3, expired, limit),
+    ]
+    assert driver._execute(actions, NOW_MS, False) == 3
+    text = limit.reason_text()
+    assert sorted(instance.log) == [  # type: ignore[type-var]
+        (QueueAction.EXPIRED, text, (1, 3)),
+        (QueueAction.BARRIER_EXPIRED, text, (2,)),
+    ]
+    transport = ReplicationTransportConfig("amps-replication")
+    route = Route("a", DestinationConfig("b", "b", "async", (transport,), pass_through=".*"))
+    record = QueueRecord(9, 0, "work", QueueAction.EXPIRED, txids=(1,), origin_instance="a")
+    assert route.wants(record)
+    assert not route.wants(replace(record, action=QueueAction.BARRIER_EXPIRED))
