@@ -355,6 +355,10 @@ class Ownership:
         at epoch 0 (what a snapshot stores of each)."""
         return self._moved
 
+    def awaits(self, key: MessageKey) -> bool:
+        """Whether a grant or claim for the message came before it and waits for it here."""
+        return key in self._early
+
     def live_count(self) -> int:
         """Messages whose ownership is tracked here (entered and not removed)."""
         return len(self._entries)

@@ -262,6 +262,10 @@ class QueueDriver:
         # Peers' acks waiting for their message (deferred) -> the txid of the record that
         # logged the ack here: the recovery point stays before it, so it survives a restart.
         self._deferred_logged: dict[tuple[int, int], int] = {}
+        # Peers' grants and claims logged here before the publish they name (they came by
+        # another path) -> the txid that logged them: the recovery point stays before them
+        # while the message waits or is queued, so a replay from it still sees them.
+        self._early_logged: dict[tuple[int, int], int] = {}
         if self.replicated:
             self.replica = QueueReplica(
                 instance.name,
@@ -306,7 +310,9 @@ class QueueDriver:
 
     def low_water_txid(self) -> int:
         """The newest txid before which a restart needs nothing of this queue (Q16): its
-        unacknowledged messages, and the logged peers' acks still waiting for their message."""
+        unacknowledged messages, the logged peers' acks still waiting for their message, and
+        the peers' grants and claims logged before the publish they name while that message
+        waits for its publish or is queued."""
         low_water = self.engine.low_water_txid()
         waiting = self._deferred_logged
         if waiting:
@@ -314,6 +320,13 @@ class QueueDriver:
                 del waiting[key]
             if waiting:
                 low_water = min(low_water, min(waiting.values()) - 1)
+        early = self._early_logged
+        if early and self.replica is not None:
+            ownership = self.replica.ownership
+            for key in [k for k in early if not ownership.owner_of(k) and not ownership.awaits(k)]:
+                del early[key]
+            if early:
+                low_water = min(low_water, min(early.values()) - 1)
         return low_water
 
     def restore(self, snapshot: QueueSnapshot, shift_ms: int) -> None:
@@ -333,7 +346,9 @@ class QueueDriver:
             reflects_txid=reflects_txid,
             taken_mono_ms=self.instance.now_ms(),
             taken_wall_us=self.instance.wall_us(),
-            deferred_logged=self._deferred_logged,
+            # The records that hold the recovery point back, whatever holds them: a restore
+            # hands each kind its own and `low_water_txid` drops what is not of its kind.
+            deferred_logged={**self._early_logged, **self._deferred_logged},
             marks=marks,
         )
 
@@ -348,6 +363,7 @@ class QueueDriver:
         self.replica = replica
         self.engine = replica.engine
         self._deferred_logged = {(p, s): txid for p, s, txid in snap.deferred_logged}
+        self._early_logged = dict(self._deferred_logged)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -526,11 +542,21 @@ class QueueDriver:
         if self.replica is None:
             return []
         ownerships = []
+        ownership, txid_of = self.replica.ownership, self.engine.txid_of
         for record in records:
             try:
                 ownerships.append(from_log(record))
             except errors.OwnershipProtocolError as exc:
                 log.error("queue %s: %s; ignored", self.name, exc.message)
+                continue
+            # Logged before the publish it names (or that publish is not here yet): a replay
+            # from after this record would not see it (Q16).
+            key = ownerships[-1].key
+            queued = txid_of(key)
+            if (queued is None and ownership.state_of(key) is None) or (
+                queued is not None and queued > record.txid
+            ):
+                self._early_logged.setdefault(key, record.txid)
         return self.replica.ownership_recorded_many(ownerships, now_ms)
 
     def apply_peer_removal(self, record: QueueRecord, now_ms: int, *, recovering: bool) -> None:

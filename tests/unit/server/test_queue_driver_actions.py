@@ -253,3 +253,48 @@ def test_a_barriers_expiry_is_its_own_record_which_stays_on_this_instance() -> N
     record = QueueRecord(9, 0, "work", QueueAction.EXPIRED, txids=(1,), origin_instance="a")
     assert route.wants(record)
     assert not route.wants(replace(record, action=QueueAction.BARRIER_EXPIRED))
+
+
+async def test_a_grant_logged_before_its_message_keeps_the_recovery_point_before_it() -> None:
+    """Q16, R5 (issue 9): a peer's grant can reach b, and be logged there, before the publish
+    it names (it came by another path). While the message is queued, b's recovery point stays
+    before the grant: without a usable snapshot b replays its log from there, and a replay
+    from after the grant rebuilt the message as owned by its origin, not by the grantee."""
+    from amps.log.bookmarks import Bookmark
+    from amps.log.records import TransferRecord
+    from replication.queue_replica import QueueReplica, ReplicaOptions
+
+    def replicated() -> Any:
+        driver, instance, _ = _driver({})
+        instance.name = "b"  # type: ignore[attr-defined]
+        driver.replica = QueueReplica("b", driver.engine, ReplicaOptions())
+        driver._early_logged = {}
+        driver.proxied_transfer = False
+        driver._timer = driver._timer_at_ms = None
+        driver.filter = driver.priority = driver.barrier = None
+        return driver
+
+    key = (9, 60)
+    grant = TransferRecord(
+        5, WALL_US, "work", Bookmark(*key), "a", "c", False, epoch=1, origin_instance="a"
+    )
+    publish = PublishRecord(6, WALL_US, "orders", b"m", *key, origin_instance="a")
+    live = replicated()
+    live.apply_replicated([grant])  # logged at txid 5, its message not here yet
+    live.publish_many([publish], NOW_MS)
+    assert live.replica.ownership.owner_of(key) == ("c", 1)
+    low_water = live.low_water_txid()
+    assert low_water < grant.txid
+
+    replay = replicated()  # the fallback: the log replayed from the recovery point
+    for record in (grant, publish):
+        if record.txid > low_water:
+            if isinstance(record, TransferRecord):
+                replay.on_transfer(record, NOW_MS, recovering=True)
+            else:
+                replay.publish_many([record], NOW_MS, recovering=True)
+    assert replay.replica.ownership.owner_of(key) == ("c", 1)
+
+    acked = QueueRecord(7, WALL_US, "work", QueueAction.ACK, bookmarks=(Bookmark(*key),))
+    live.apply_replicated([acked])  # gone: nothing holds the recovery point any more
+    assert live.low_water_txid() == publish.txid
