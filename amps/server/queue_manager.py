@@ -178,9 +178,9 @@ class QueueManager:
 
     def hears_republished(self, topic: str) -> bool:
         """Whether a peer's publish on `topic` discarded as a duplicate matters here
-        (`republished`): only a replicated queue of that name hears of it."""
-        driver = self.drivers.get(topic)
-        return driver is not None and driver.replica is not None
+        (`republished`): only a replicated queue over that topic hears of it (a queue's name
+        is not its underlying topic)."""
+        return any(driver.replica is not None for driver in self.routes(topic))
 
     def republished(self, copies: Sequence[PublishRecord]) -> None:
         """Issue 9: peers' publishes discarded here as duplicates (L4) of copies logged here. A
@@ -188,12 +188,13 @@ class QueueManager:
         appended so far is durable), and its lower origin wins (`QueueReplica.republished`)."""
         instance = self.instance
         for copy in copies:
-            if not self.hears_republished(copy.topic):
-                continue
-            driver = self.drivers[copy.topic]
-            if not self._to_apply:
-                instance.when_durable(self._apply_durable)
-            self._to_apply.append((driver, replace(copy, txid=instance.journal.last_txid)))
+            # The queues over its topic (a queue's name is not its underlying topic).
+            for driver in self.routes(copy.topic):
+                if driver.replica is None:
+                    continue
+                if not self._to_apply:
+                    instance.when_durable(self._apply_durable)
+                self._to_apply.append((driver, replace(copy, txid=instance.journal.last_txid)))
 
     def _apply_durable(self) -> None:
         """Apply the peers' records that are durable here now, one step per queue and run."""

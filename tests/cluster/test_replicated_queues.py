@@ -372,3 +372,50 @@ async def test_an_ack_waiting_for_its_message_survives_a_restart(
         return removed_on_b and int(on_b["queue_depth"]) == 1 and depth(pair["a"]) == 1  # type: ignore[call-overload]
 
     await wait_until(only_the_second_left, 60)
+
+
+async def test_a_failover_republish_is_owned_by_the_lower_origin_across_kills(
+    tmp_path: Path, clusters: list[Cluster]
+) -> None:
+    """Issue 9 (L4, R2, R5): b logged a publish and died before a had it; the publisher failed
+    over to a and republished it, which a logged as its own. Restarted, b holds its copy
+    (origin b) and a its own (origin a): both would own it at epoch 0 and deliver it. Each
+    discards the other's copy as a duplicate, and b, whose origin name is higher, writes an
+    ORIGIN record naming a and stops owning it; SIGKILLed and restarted again, b still does.
+    One delivery in the cluster, by a."""
+    pair = cluster(tmp_path, ["a", "b"])
+    clusters.append(pair)
+    configs = cluster_configs(
+        pair.names, full_mesh(pair.names), pair.replication_ports, dict.fromkeys("ab", queue_xml())
+    )
+    a = pair.instances["a"] = InstanceProcess(tmp_path / "a", configs["a"])
+    b = pair.instances["b"] = InstanceProcess(tmp_path / "b", configs["b"]).start()
+    body = orjson.dumps({"p": "pub", "n": 1})
+    async with Client("pub", reconnect=False) as publisher:
+        await publisher.connect(b.address)
+        await publisher.publish("orders", body, seq=1)  # a is down: never persisted-acked
+        await wait_until(lambda: depth(b) == 1, 30)
+        await asyncio.to_thread(b.kill)
+    await asyncio.to_thread(a.start)
+    async with Client("pub", reconnect=False) as publisher:  # its failover: the same seq on a
+        await publisher.connect(a.address)
+        await publisher.publish("orders", body, seq=1)
+        await wait_until(lambda: depth(a) == 1, 30)  # not persisted-acked: b is a sync peer
+    await asyncio.to_thread(b.restart, kill=True)
+
+    def settled() -> bool:
+        on_a, on_b = queue_stats(a), queue_stats(b)
+        views = [(s["queue_depth"], s["owned"], s["owned_elsewhere_count"]) for s in (on_a, on_b)]
+        return views == [(1, 1, 0), (1, 0, 1)]
+
+    await wait_until(settled, 30)  # without the ORIGIN record b owns it too, for ever
+    assert grants(b) == [("a", "a")]
+    await asyncio.to_thread(b.restart, kill=True)  # rebuilt from b's snapshot or log
+    await wait_until(settled, 30)
+    consumers = Consumers(pair)
+    await consumers.start("a", "b")
+    await wait_until(lambda: len(consumers.deliveries) == 1, 30)
+    await wait_until(lambda: depth(a) == depth(b) == 0, 30)
+    await consumers.stop()
+    assert [d.instance for d in consumers.deliveries] == ["a"]
+    assert check_queue(consumers.deliveries, {"pub": 1}) == CLEAN
