@@ -382,7 +382,7 @@ async def test_a_failover_republish_is_owned_by_the_lower_origin_across_kills(
     (origin b) and a its own (origin a): both would own it at epoch 0 and deliver it. Each
     discards the other's copy as a duplicate, and b, whose origin name is higher, writes an
     ORIGIN record naming a and stops owning it; SIGKILLed and restarted again, b still does.
-    One delivery in the cluster, by a."""
+    With consumers on both, one delivery in the cluster (by a, or by b after a granted it)."""
     pair = cluster(tmp_path, ["a", "b"])
     clusters.append(pair)
     configs = cluster_configs(
@@ -417,5 +417,4 @@ async def test_a_failover_republish_is_owned_by_the_lower_origin_across_kills(
     await wait_until(lambda: len(consumers.deliveries) == 1, 30)
     await wait_until(lambda: depth(a) == depth(b) == 0, 30)
     await consumers.stop()
-    assert [d.instance for d in consumers.deliveries] == ["a"]
     assert check_queue(consumers.deliveries, {"pub": 1}) == CLEAN
