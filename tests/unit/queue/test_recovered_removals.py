@@ -13,6 +13,7 @@ from amps.queue import (
     AckOption,
     Deliver,
     ExpireReason,
+    MessagePublished,
     PublishDeadLetter,
     QueueEngine,
     QueuePolicy,
@@ -71,7 +72,9 @@ def scenarios(draw: st.DrawFn) -> tuple[QueuePolicy, list[tuple[int, Event]], in
         if draw(st.booleans()):
             events.append((now_ms, Unsubscribed("b", "c2")))
     if elsewhere:  # granted away, leased here or not (R5), and one granted back
-        moved = draw(st.lists(st.integers(1, 8), max_size=4))
+        # A barrier is never owned elsewhere or moved (R6): the replica sends no such move.
+        barriers = {e.txid for _, e in events if isinstance(e, MessagePublished) and e.is_barrier}
+        moved = [t for t in draw(st.lists(st.integers(1, 8), max_size=4)) if t not in barriers]
         events += [(now_ms, OwnershipMoved((PUBLISHER, t), owned_here=False)) for t in moved]
         events.append((now_ms, OwnershipMoved((PUBLISHER, 2), owned_here=True)))
     now_ms += draw(st.sampled_from([0, 10, 600]))
