@@ -20,7 +20,7 @@ from amps.log.received import ChosenFrames, ReceivedFrames
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record, TransferRecord
 from amps.v1 import replication_pb2 as pb
 from replication.convert import encode_batch, from_pb, to_pb
-from replication.frames import PROTOCOL_VERSION, Batch, Digest, Hello
+from replication.frames import PROTOCOL_VERSION, Batch, Digest, Hello, OriginPosition
 from replication.link_core import Connected, FrameReceived, LinkCore, LinkLimits, LogAdvanced, Send
 from replication.positions import PositionBook
 from replication.routing import Route
@@ -84,10 +84,15 @@ class _RecordsView(_FramesView):
         return self.journal.read(from_txid, max_records)
 
 
-def _sent(view: _FramesView, route: Route, limits: LinkLimits) -> list[Batch]:
+def _sent(
+    view: _FramesView,
+    route: Route,
+    limits: LinkLimits,
+    held: tuple[OriginPosition, ...] = (),
+) -> list[Batch]:
     core = LinkCore("a", "ga", view, {"b": route}, PositionBook(), "b", limits=limits)
     core.handle(Connected(dialled=True), 0)
-    hello = Hello(PROTOCOL_VERSION, "b", route.group, "a", "ga", Digest(sends=False))
+    hello = Hello(PROTOCOL_VERSION, "b", route.group, "a", "ga", Digest(sends=False), held)
     actions = core.handle(FrameReceived(hello), 0)
     while core.wants_to_send:
         actions += core.handle(LogAdvanced(), 0)
@@ -165,6 +170,27 @@ async def test_a_commit_ships_as_one_run_of_the_bytes_read(tmp_path: Path) -> No
         parts = records.parts()
         assert b"".join(parts) == b"".join(codec.encode(r) for r in records)
         assert [len(codec.decode(bytes(part))[0]) for part in parts] == [10, 10, 10]
+    finally:
+        await journal.close()
+
+
+async def test_a_resync_resumes_after_what_the_peer_holds_when_the_log_agrees(
+    tmp_path: Path,
+) -> None:
+    """R10 over frames: the peer's position is checked against the log read as frames."""
+    journal = await _journal(tmp_path)
+    try:
+        (record,) = journal.read(50, 1)
+        held = OriginPosition(record.origin_instance, record.origin_txid, record.txid)
+        view, route = _FramesView(journal), _route((), ".*")
+        resumed = _sent(view, route, LinkLimits(), (held,))
+        assert resumed[0].records[0].txid > 50
+        assert min(r.txid for b in resumed for r in b.records) == min(
+            r.txid for r in journal.read(51, 1000) if route.wants(r)
+        )
+        foreign = OriginPosition("c", record.origin_txid + 1, record.txid)  # not what 50 is
+        restarted = _sent(view, _route((), ".*"), LinkLimits(), (foreign,))
+        assert restarted[0].records[0].txid == 1
     finally:
         await journal.close()
 
