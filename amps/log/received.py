@@ -43,7 +43,44 @@ _NAME_CACHE_ENTRIES = 4096
 _name_cache: dict[bytes, tuple[str, str, str]] = {}
 
 
-class ReceivedFrames(Sequence[Record]):
+class _BuiltOnDemand(Sequence[Record]):
+    """A sequence of records built one at a time as asked (`_record`), equal to any sequence of
+    the same records (a batch decoded, or built by hand)."""
+
+    __slots__ = ()
+
+    def _record(self, index: int) -> Record:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | Sequence[Record]:
+        if isinstance(index, slice):
+            return [self._record(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._record(index)
+
+    def __iter__(self) -> Iterator[Record]:
+        record = self._record
+        for index in range(len(self)):
+            yield record(index)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ReceivedFrames(_BuiltOnDemand):
     """The records of a received batch (`scan`) or of a read of the local journal (`scan_log`),
     in order, built on demand (`records[i]`).
 
@@ -83,34 +120,12 @@ class ReceivedFrames(Sequence[Record]):
     def __len__(self) -> int:
         return len(self.offsets)
 
-    @overload
-    def __getitem__(self, index: int) -> Record: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Record]: ...
-
-    def __getitem__(self, index: int | slice) -> Record | Sequence[Record]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
+    def _record(self, index: int) -> Record:
         other = self.others.get(index)
         if other is not None:
             return other
         head = self.heads[index]
         return self.publish(index, head[4], head[5])
-
-    def __iter__(self) -> Iterator[Record]:
-        for index in range(len(self.offsets)):
-            yield self[index]
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to any sequence of the same records (a batch decoded, or built by hand)."""
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]
 
     @property
     def only_publishes(self) -> bool:
@@ -381,7 +396,7 @@ class ReceivedRun:
         ]
 
 
-class ChosenFrames(Sequence[Record]):
+class ChosenFrames(_BuiltOnDemand):
     """Frames `indices` of a `ReceivedFrames` read from the local journal, some of them
     `replaced` by another record (by index): what a link sends of one read, shipped as the
     frames as read (`parts`) and built into records only if asked."""
@@ -398,29 +413,10 @@ class ChosenFrames(Sequence[Record]):
     def __len__(self) -> int:
         return len(self.indices)
 
-    @overload
-    def __getitem__(self, index: int) -> Record: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Record]: ...
-
-    def __getitem__(self, index: int | slice) -> Record | Sequence[Record]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _record(self, index: int) -> Record:
         chosen = self.indices[index]
         replaced = self.replaced.get(chosen)
-        return replaced if replaced is not None else self.frames[chosen]
-
-    def __iter__(self) -> Iterator[Record]:
-        for index in range(len(self.indices)):
-            yield self[index]
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]
+        return replaced if replaced is not None else self.frames._record(chosen)
 
     def parts(self) -> list[bytes | memoryview]:
         """The chosen records' frames, in order: views of the read, one per run of frames
