@@ -222,6 +222,8 @@ def _scan(
     name_cache = _name_cache
     last_txid = 0
     increasing = True
+    key = b""  # the string lengths and names of the last publish, and its names
+    last_names: tuple[str, str, str] | None = None
     while offset < end and limit != 0:
         if end - offset >= head_size:
             head = unpack_head(data, offset)
@@ -273,13 +275,17 @@ def _scan(
             raise CorruptRecord("publish record strings overrun the payload", offset=offset)
         # Topic and origin repeat from record to record: decode each distinct one once. The
         # key starts at the string lengths: ("ab", "") and ("a", "b") must differ.
-        key = data[a - 8 : d]
-        names = name_cache.get(key)
-        if names is None:
-            names = _names(data, a, head, offset)
-            if len(name_cache) >= _NAME_CACHE_ENTRIES:
-                name_cache.clear()
-            name_cache[key] = names
+        if last_names is not None and data.startswith(key, a - 8):
+            names = last_names  # the same as the publish before: no slice, no look-up
+        else:
+            key = data[a - 8 : d]
+            cached = name_cache.get(key)
+            if cached is None:
+                cached = _names(data, a, head, offset)
+                if len(name_cache) >= _NAME_CACHE_ENTRIES:
+                    name_cache.clear()
+                name_cache[key] = cached
+            names = last_names = cached
         if head[13]:
             try:
                 correlation_id = data[d:e].decode()

@@ -235,3 +235,16 @@ async def test_a_run_gives_its_last_record_per_topic_and_origin(tmp_path: Path) 
     built = run.records()
     assert run.last_records() == [built[1], built[2], built[3]]
     await journal.close()
+
+
+def test_names_are_read_again_whenever_they_change_from_one_publish_to_the_next() -> None:
+    """The scan reuses the names of the publish before when its bytes start the same way: the
+    same letters split differently, or other letters of the same lengths, are other names."""
+    names = [("ab", "c"), ("a", "bc"), ("a", "bc"), ("x", "bc"), ("ab", "c"), ("ab", "c")]
+    records: list[Record] = [
+        PublishRecord(t, t, topic, b"{}", 7, t, origin, "g", t)
+        for t, (topic, origin) in enumerate(names, start=1)
+    ]
+    data = _frames(records)
+    assert list(scan(data)) == records
+    assert [(r.topic, r.origin_instance) for r in scan(data)] == names
