@@ -350,6 +350,14 @@ class Ownership:
         entry = self._entries.get(key)
         return None if entry is None else (entry.owner, entry.epoch)
 
+    def not_removed(self, keys: list[MessageKey]) -> list[MessageKey]:
+        """The keys whose state is not REMOVED, in order (usually all: one C-level check)."""
+        removed = self._removed
+        if removed.keys().isdisjoint(keys):
+            return keys
+        entries = self._entries
+        return [key for key in keys if key in entries or key not in removed]
+
     def moved(self) -> Collection[MessageKey]:
         """The live messages a grant, claim or origin record moved from their initial owner
         at epoch 0 (what a snapshot stores of each)."""

@@ -396,8 +396,7 @@ class QueueReplica:
             # A message that already left here (or whose early ack is deferred already): the
             # engine's bookmark index may have forgotten it (compacted, or restored from a
             # snapshot of the live messages) and would take the removal for an early ack.
-            state_of = self.ownership.state_of
-            keys = [key for key in keys if state_of(key) is not OwnershipState.REMOVED]
+            keys = self.ownership.not_removed(keys)
         txids = self._removed_silently(keys, now_ms, sample=True)
         if txids and None not in txids:  # all here (the usual): by txid, in one pass
             found = cast("list[int]", txids)
@@ -421,8 +420,9 @@ class QueueReplica:
     ) -> list[ReplicaAction]:
         """Recovery (Q16): this instance's own log says these messages already left."""
         if self.tracks_ownership:
-            keys = [self._key_of[t] for t in txids if t in self._key_of]
-            self._removed_silently(keys, now_ms)
+            key_of = self._key_of
+            known = [t for t in txids if t in key_of]
+            self._removed_silently(list(map(key_of.__getitem__, known)), now_ms, known=known)
         out: list[ReplicaAction] = []
         actions = self.engine.remove_recovered(txids, reason, expire_reasons, now_ms)
         self._engine_actions(actions, now_ms, out)
@@ -558,11 +558,17 @@ class QueueReplica:
     # -- glue ------------------------------------------------------------------------------
 
     def _removed_silently(
-        self, keys: list[MessageKey], now_ms: int, *, sample: bool = False
+        self,
+        keys: list[MessageKey],
+        now_ms: int,
+        *,
+        sample: bool = False,
+        known: list[int] | None = None,
     ) -> list[int | None]:
         """Messages that leave without a record of this instance's own: the machine forgets
         them; a peer's ack of one that waited here is a latency sample (R4). Returns each
-        one's txid in the queue here, or None (none at all without ownership)."""
+        one's txid in the queue here, or None (none at all without ownership). `known`: the
+        keys' txids, when the caller has them (a removal record of this instance's own)."""
         if not self.tracks_ownership:
             return []
         asked = self._asked
@@ -572,11 +578,15 @@ class QueueReplica:
         waited = list(map(self._waiting.pop, keys, repeat(None)))
         if sample:
             self._sample(waited, now_ms)
-        txid_of = self.engine.txid_of
-        txids = [
-            txid_of(key) if found is None else found[0]
-            for key, found in zip(keys, waited, strict=True)
-        ]
+        txids: list[int | None]
+        if known is not None:
+            txids = list(known)
+        else:
+            txid_of = self.engine.txid_of
+            txids = [
+                txid_of(key) if found is None else found[0]
+                for key, found in zip(keys, waited, strict=True)
+            ]
         key_of = self._key_of
         for txid in txids:
             if txid is not None:

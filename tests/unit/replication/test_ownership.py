@@ -12,6 +12,7 @@ from replication.ownership import (
     AppendOwnership,
     MessageEntered,
     Offer,
+    Ownership,
     OwnershipRecord,
     OwnershipRecorded,
     OwnershipState,
@@ -302,3 +303,20 @@ def test_a_request_not_granted_to_its_requester_in_time_is_unanswered() -> None:
     assert (stats.requests_sent, stats.requests_unanswered) == (3, 2)
     for name in cluster.machines:
         cluster.machines[name].check_invariants()  # sent = answered + unanswered + pending
+
+
+def test_not_removed_keeps_what_state_of_does_not_call_removed() -> None:
+    """The bulk filter a peer's ack record goes through equals asking each key's state: a
+    removed key (remembered) goes, a live one, an unknown one and one entered again stay."""
+    machine = Ownership("a", request_timeout_ms=TIMEOUT_MS, max_removed_remembered=3)
+    for seq in range(1, 7):
+        machine.enter((1, seq), "a" if seq % 2 else "b")
+    for seq in (1, 2, 3, 4):
+        machine.remove((1, seq))  # (1, 1) is forgotten again: three are remembered
+    keys = [(1, seq) for seq in range(9)] + [(2, 1), (1, 3)]
+    expected = [k for k in keys if machine.state_of(k) is not OwnershipState.REMOVED]
+    assert machine.not_removed(keys) == expected
+    assert (1, 1) in expected
+    assert (1, 3) not in expected
+    assert (1, 5) in expected
+    assert machine.not_removed([(1, 5), (2, 1)]) == [(1, 5), (2, 1)]
