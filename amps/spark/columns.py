@@ -103,13 +103,14 @@ def _checksums_hold(
     """Whether every frame's CRC32C (over its length field and payload) is the one stored in its
     header, checked by one CRC call over the frames rather than one call per frame.
 
-    With CRC32C's init and final complement folded into the bytes (the first four complemented;
-    the stored value complemented after them), a frame's raw CRC (zero init, no final xor) over
-    `length | payload | ~stored` is 0 exactly when its checksum holds. Those blocks are laid end
-    to end, each followed by four zero bytes, where the frames' 8-byte `magic | crc` gaps are;
-    the raw CRC of the whole is the sum of each block's, multiplied by x to the power of its
-    distance from the end, which is invertible: one damaged frame always makes the whole
-    nonzero. A nonzero whole sends the chunk to the journal's reader, which names the frame."""
+    With CRC32C's init and final complement folded into the bytes (the length field's four
+    bytes complemented; the stored value complemented after the payload), a frame's raw CRC
+    (zero init, no final xor) over `~length | payload | ~stored` is 0 exactly when its checksum
+    holds. Those blocks are laid end to end, each followed by four zero bytes, where the frames'
+    8-byte `magic | crc` gaps are; the raw CRC of the whole is the sum of each block's,
+    multiplied by x to the power of its distance from the end, which is invertible: one damaged
+    frame always makes the whole nonzero. A nonzero whole sends the chunk to the journal's
+    reader, which names the frame."""
     end = int(stops[-1])
     buffer = np.zeros(end + 8, np.uint8)
     buffer[8:end] = arr[8:end]
@@ -318,9 +319,10 @@ def _publishes(
     ids = fixed["pub"]
     seqs = _numbers(fixed["seq"].astype(np.int64), pa.int64())
     if (ids == ids[0]).all():  # one publisher (the usual chunk): one string, not a cast each
-        one = _repeated(str(int(ids[0])), 1)
-        publishers = _repeated(one[0].as_py(), n)
-        bookmarks = pc.binary_join_element_wise(one[0], seqs.cast(pa.string()), _EMPTY, _BAR)
+        publisher = str(int(ids[0]))
+        publishers = _repeated(publisher, n)
+        prefix = _repeated(publisher, 1)[0]  # a scalar (pa.scalar imports pandas)
+        bookmarks = pc.binary_join_element_wise(prefix, seqs.cast(pa.string()), _EMPTY, _BAR)
     else:
         publishers = _numbers(ids, pa.uint64()).cast(pa.string())
         bookmarks = pc.binary_join_element_wise(publishers, seqs.cast(pa.string()), _EMPTY, _BAR)
