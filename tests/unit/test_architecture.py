@@ -23,6 +23,7 @@ CORE_MODULES = [
     "amps/batching.py",
     "amps/publishing.py",
     "replication/frames.py",
+    "replication/initial_owners.py",
     "replication/latency.py",
     "replication/origins.py",
     "replication/link_core.py",
