@@ -499,6 +499,7 @@ def bench_memory(label: str, extra: str, count: int, quick: bool,
 RECOVERED = re.compile(
     r"queues recovered from (\d+) log records in ([\d.]+) s(?: \(([\d.]+) s CPU\))?"
 )
+SPACED = re.compile(r"snapshot of \d+ messages took")
 RESTORED = re.compile(r"snapshot restored at txid \d+ .*?in ([\d.]+) s CPU")
 
 
@@ -559,6 +560,7 @@ def measure_restart(instance: InstanceProcess, label: str) -> None:
         group.start("waiter", "waiter", instance.address, f"q-wait-{label[:8]}", ready, go)
         ready.wait(60)
         time.sleep(0.5)  # the waiter is in its retry loop
+        spaced = [line.strip() for line in instance.output if SPACED.search(line)]
         instance.kill()
         started = time.monotonic()
         go.set()
@@ -597,6 +599,8 @@ def measure_restart(instance: InstanceProcess, label: str) -> None:
           f"available {full} (ready line {ready_at - started:.2f} s; {replay}; snapshot at "
           f"txid {snapshot if snapshot is not None else 'none'} of {last_txid:,})",
           flush=True)  # fmt: skip
+    if spaced:  # snapshots spaced beyond a checkpoint before the kill: the last one said so
+        print(f"  before the kill ({len(spaced)} such lines): {spaced[-1]}", flush=True)
 
 
 def restart_half(instance: InstanceProcess) -> None:

@@ -537,6 +537,17 @@ class QueueManager:
                     snapshot_bytes = queue_snapshot.encode(snap)
                     cost = time.thread_time() - started
                     driver.next_snapshot_at = loop.time() + max(CHECKPOINT_INTERVAL_S, cost * 50)
+                    if cost * 50 > CHECKPOINT_INTERVAL_S:
+                        # A restart replays the log since the last snapshot: say when the next
+                        # one waits longer than a checkpoint (issue 9).
+                        log.info(
+                            "queue %s: snapshot of %d messages took %.3f s of CPU on the "
+                            "event loop; the next in %.0f s",
+                            driver.name,
+                            len(snap.queue.txids),
+                            cost,
+                            cost * 50,
+                        )
                 else:
                     snapshot_txid = 0
             elif driver.replica is None and (final or loop.time() >= driver.next_snapshot_at):
