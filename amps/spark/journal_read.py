@@ -3,9 +3,10 @@
 Planning opens the journal read-only (as `amps journal dump`: no lock, nothing written), fixes
 the txid range (the `from`/`to` bookmark specs and the durable end at planning) and cuts it into
 pieces of at most `records_per_partition` records per segment, and at least `min_partitions`
-pieces of about the same size. A piece names the segment's file and summary, so an executor that
-sees the same path reads it with the journal's own reader and codec, whatever is appended
-meanwhile.
+pieces of about the same size; `parts` cuts them at even shares of the range, one Spark
+partition per share, across segment boundaries. A piece names the segment's file and summary,
+so an executor that sees the same path reads it with the journal's own reader and codec,
+whatever is appended meanwhile.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -47,6 +48,35 @@ class JournalPiece:
     segment: SegmentSummary
     first_txid: int
     last_txid: int
+
+
+@dataclass(frozen=True)
+class JournalPart:
+    """One Spark partition of a journal read: consecutive pieces, read in turn (a partition
+    may span segments, so that `min_partitions` pieces of equal size keep every core busy)."""
+
+    pieces: tuple[JournalPiece, ...]
+
+
+def parts(directory: str, options: ReadOptions) -> list[JournalPart]:
+    """The plan's pieces cut at even shares of the txid range and gathered into one partition
+    per share: a segment boundary no longer makes a third, small partition on two cores."""
+    pieces = plan(directory, options)
+    if not pieces:
+        return []
+    first = pieces[0].first_txid
+    total = pieces[-1].last_txid - first + 1
+    share = max(1, -(-total // max(1, options.min_partitions)))
+    share = min(share, options.records_per_partition)
+    grouped: dict[int, list[JournalPiece]] = {}
+    for piece in pieces:
+        start = piece.first_txid
+        while start <= piece.last_txid:
+            k = (start - first) // share
+            end = min(piece.last_txid, first + (k + 1) * share - 1)
+            grouped.setdefault(k, []).append(replace(piece, first_txid=start, last_txid=end))
+            start = end + 1
+    return [JournalPart(tuple(group)) for _k, group in sorted(grouped.items())]
 
 
 def plan(directory: str, options: ReadOptions) -> list[JournalPiece]:
@@ -99,13 +129,18 @@ def _open_live(path: Path, archive: Path | None) -> Journal:
     raise AssertionError("unreachable")
 
 
-def read(piece: JournalPiece, options: ReadOptions) -> Iterator[pa.RecordBatch]:
-    """The selected records of one piece, as batches of at most about BATCH_RECORDS rows.
+def read(piece: JournalPiece | JournalPart, options: ReadOptions) -> Iterator[pa.RecordBatch]:
+    """The selected records of one piece (or of each piece of a part, in turn), as batches of
+    at most about BATCH_RECORDS rows.
 
     Publishes (the default kind) without a content filter are decoded column by column
     (amps.spark.columns); a chunk that needs more than that, and every other read, goes
     through the journal's own reader (`read_records`), which also names any damage.
     """
+    if isinstance(piece, JournalPart):
+        for one in piece.pieces:
+            yield from read(one, options)
+        return
     if options.kinds != "publish" or options.filter:
         yield from read_records(piece, options, piece.first_txid)
         return

@@ -105,7 +105,7 @@ class _BatchReader(DataSourceReader):
             return [InputPartition(p) for p in server_read.plan(self.servers, self.options)]
         from amps.spark import journal_read
 
-        return [InputPartition(p) for p in journal_read.plan(self.path, self.options)]
+        return [InputPartition(p) for p in journal_read.parts(self.path, self.options)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self.options)

@@ -195,3 +195,16 @@ def test_pieces_are_about_even_across_segments_of_different_sizes(tmp_path: Path
             for r in b["sequence"].to_pylist()
         ]
         assert rows == list(range(1, 251))
+        # A partition gathers pieces across segments: no more partitions than asked for, each
+        # at most an even share, and together every row once, in order.
+        grouped = journal_read.parts(directory, options)
+        assert len(grouped) == parts
+        share = -(-250 // parts)
+        assert all(sum(p.last_txid - p.first_txid + 1 for p in g.pieces) <= share for g in grouped)
+        rows = [
+            r
+            for g in grouped
+            for b in journal_read.read(g, options)
+            for r in b["sequence"].to_pylist()
+        ]
+        assert rows == list(range(1, 251))
