@@ -30,7 +30,10 @@ async def test_close_returns_when_the_link_is_lost_while_it_drains(tmp_path: Pat
         for _ in range(200):
             await client.publish("orders", payload)
         closing = asyncio.create_task(client.close())
-        await asyncio.sleep(0.3)
+        for _ in range(5_000):  # until close() waits for the writer (bounded: 5 s)
+            if conn._closing or closing.done():
+                break
+            await asyncio.sleep(0.001)
         assert not closing.done()  # waiting for the blocked writer
         conn.break_link(ConnectionBroken("lost while closing"))
         await asyncio.wait_for(closing, 10)
