@@ -716,6 +716,14 @@ class LinkCore:
         elif self._unacked_since_ms is None:
             self._unacked_since_ms = now_ms
 
+    @property
+    def unsent_from_txid(self) -> int:
+        """The first local txid this link may still read to send: its read position while
+        READY, else just past what the peer acknowledged (a stream resumes no earlier)."""
+        if self.state is LinkState.READY:
+            return self._cursor
+        return self.acked_through_txid + 1
+
     def oldest_unacked_ms(self, now_ms: int) -> int:
         """How long the destination has been behind this instance's durable log (0: caught up)."""
         since = self._unacked_since_ms

@@ -181,8 +181,9 @@ class Journal:
         self._checkpoint_at_bytes = CHECKPOINT_EVERY_BYTES
         self.recovery_note = ""
         self.reader = SegmentReader(self.segment_path)
-        # The most recent appends' frames by txid, up to `_frames_max_bytes` (`keep_frames`):
-        # replication links ship a publish's frame as appended instead of encoding it again.
+        # The most recent appends' frames by txid, up to `_frames_max_bytes` (`keep_frames`),
+        # from the oldest one a link has still to send (`drop_frames_before`): replication
+        # links ship a publish's frame as appended instead of encoding it again.
         self.frames: dict[int, bytes] = {}
         self._frames_order: deque[tuple[int, int]] = deque()  # (txid, size), oldest first
         self._frames_bytes = 0
@@ -487,6 +488,15 @@ class Journal:
         order.append((txid, size))
         self._frames_bytes += size
         while self._frames_bytes > self._frames_max_bytes:
+            old, old_size = order.popleft()
+            del frames[old]
+            self._frames_bytes -= old_size
+
+    def drop_frames_before(self, txid: int) -> None:
+        """Forget the kept frames below `txid`: every link has sent them (a link that resends
+        after a reconnect reads the record cache or the segments, as for any frame not kept)."""
+        frames, order = self.frames, self._frames_order
+        while order and order[0][0] < txid:
             old, old_size = order.popleft()
             del frames[old]
             self._frames_bytes -= old_size

@@ -108,6 +108,30 @@ async def test_kept_frames_are_the_appended_bytes_and_bounded(tmp_path: Path) ->
     await journal.close()
 
 
+async def test_kept_frames_go_once_every_link_has_read_past_them(tmp_path: Path) -> None:
+    """A link sends a commit's records a commit or two after they were appended: frames are
+    kept from the oldest one a link still needs, so the bound is spent on what is unsent."""
+    journal = _open(tmp_path)
+    journal.keep_frames(64 * 1024)
+    for s in range(1, 11):
+        journal.append_publish(topic="t", data=b"x" * 100, publisher_id=9, seq=s, timestamp_us=s)
+    journal.drop_frames_before(4)
+    assert sorted(journal.frames) == list(range(4, 11))
+    journal.drop_frames_before(2)  # a link behind the others asks for nothing back
+    assert sorted(journal.frames) == list(range(4, 11))
+    journal.append_publish(topic="t", data=b"x" * 100, publisher_id=9, seq=11, timestamp_us=11)
+    journal.drop_frames_before(11)
+    assert sorted(journal.frames) == [11]
+    journal.append_publish(topic="t", data=b"x" * 3000, publisher_id=9, seq=12, timestamp_us=12)
+    # The bound still holds: what is kept is what the byte count says.
+    assert sum(len(f) for f in journal.frames.values()) == journal._frames_bytes
+    journal.drop_frames_before(100)
+    assert not journal.frames
+    assert journal._frames_bytes == 0
+    await journal.commit()
+    await journal.close()
+
+
 async def test_a_read_gives_each_record_its_frame_as_on_disk(tmp_path: Path) -> None:
     journal = _open(tmp_path)  # 16 KiB segments: the read crosses segment headers and commits
     for s in range(1, 61):

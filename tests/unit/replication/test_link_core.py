@@ -94,6 +94,22 @@ def test_a_batch_is_sent_at_once_on_an_idle_link_and_batches_grow_under_load() -
     assert a.links["b"].statistics(0).batches_sent < 21
 
 
+def test_unsent_from_is_the_read_position_then_past_the_acknowledged_one() -> None:
+    """What the journal keeps frames from for this link (Journal.drop_frames_before)."""
+    net = ready_pair()
+    a = net.instances["a"]
+    core = a.links["b"]
+    assert core.unsent_from_txid == 1
+    for _ in range(3):
+        a.publish()
+    net.flush("a")
+    assert core.unsent_from_txid == 4  # read and sent, not yet acknowledged
+    assert core.acked_through_txid == 0
+    net.cut("a", "b")
+    assert core.state is LinkState.IDLE
+    assert core.unsent_from_txid == 1  # a new stream resumes no earlier than the peer's ack
+
+
 def test_the_window_also_bounds_the_bytes_in_flight() -> None:
     """Rule 3: a wide window of batches is still bounded by the bytes not yet acknowledged."""
     net = ready_pair()
