@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -105,9 +106,10 @@ def publish_rate(address: str, messages: int, tag: str) -> float:
     return total / seconds
 
 
-def latency_p99_ms(address: str, seconds: float) -> float:
+def latency_ms(address: str, seconds: float) -> tuple[float, float]:
+    """Persisted-ack latency at LATENCY_RATE_PER_S: (p50, p99) in ms."""
     latencies = sorted(asyncio.run(_latency(address, seconds, warmup_s=LATENCY_WARMUP_S)))
-    return percentile(latencies, 0.99) * 1000
+    return percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
 
 
 async def _lag(source: str, targets: list[str], messages: int) -> list[dict[int, float]]:
@@ -647,18 +649,63 @@ def persisted_ack_latency(seconds: float) -> None:
     messages = int(LATENCY_RATE_PER_S * (seconds + LATENCY_WARMUP_S))
     with temp_instance("alone") as alone:
         observed = Observed(alone=alone)
-        p99_alone = latency_p99_ms(alone.address, seconds)
+        fsyncs_before = fsync_buckets(alone.admin_port)
+        p50_alone, p99_alone = latency_ms(alone.address, seconds)
         alone_hops = observed.report(messages)
+        alone_fsync = fsync_quantiles(fsyncs_before, fsync_buckets(alone.admin_port))
     with pair(sync=True) as running:
-        observed = Observed(a=running["a"], b=running["b"])
-        p99_sync = latency_p99_ms(running["a"].address, seconds)
+        a, b = running["a"], running["b"]
+        observed = Observed(a=a, b=b)
+        before_a, before_b = fsync_buckets(a.admin_port), fsync_buckets(b.admin_port)
+        p50_sync, p99_sync = latency_ms(a.address, seconds)
         sync_hops = observed.report(messages)
+        # What the sync destination adds, per batch: a's records durable -> b's ack, and
+        # within it b's receive -> durable; and each side's fsyncs (two, in series).
+        acked = hop_quantiles(observed.before["a"][0], instance_hops(a), "link_acked", "batches")
+        durable_b = hop_quantiles(
+            observed.before["b"][0], instance_hops(b), "replicated_durable", "batches"
+        )
+        fsyncs = (
+            f"a {fsync_quantiles(before_a, fsync_buckets(a.admin_port))}, "
+            f"b {fsync_quantiles(before_b, fsync_buckets(b.admin_port))}"
+        )
     print(
         f"persisted-ack p99 at {LATENCY_RATE_PER_S:,} msg/s: alone {p99_alone:.2f} ms; one sync "
-        f"destination {p99_sync:.2f} ms ({p99_sync / p99_alone:.2f}x)\n"
+        f"destination {p99_sync:.2f} ms ({p99_sync / p99_alone:.2f}x); p50 alone "
+        f"{p50_alone:.2f} ms, sync {p50_sync:.2f} ms ({p50_sync / p50_alone:.2f}x)\n"
+        f"  sync, per batch: a's records durable -> b's ack (a's hop link_acked): {acked}; "
+        f"within it b's batch received -> durable (b's replicated_durable): {durable_b}\n"
+        f"  fsyncs (bucket bounds of amps_journal_fsync_seconds): alone {alone_fsync}; {fsyncs}\n"
         f"  {alone_hops}\n  {sync_hops}",
         flush=True,
     )
+
+
+def fsync_buckets(admin_port: int) -> dict[float, float]:
+    """The instance's amps_journal_fsync_seconds buckets: upper bound -> cumulative count."""
+    url = f"http://127.0.0.1:{admin_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    buckets: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith("amps_journal_fsync_seconds_bucket{"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[float(bound)] = float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def fsync_quantiles(before: dict[float, float], after: dict[float, float]) -> str:
+    """p50 and p99 of the fsyncs between two reads of the buckets, each as its bucket's upper
+    bound (coarse: 0.5, 1, 2, 5, 10 ms, ...)."""
+    counts = sorted((bound, count - before.get(bound, 0.0)) for bound, count in after.items())
+    total = counts[-1][1] if counts else 0.0
+    if not total:
+        return "-"
+    found = []
+    for label, fraction in (("p50", 0.5), ("p99", 0.99)):
+        bound = next(b for b, cumulative in counts if cumulative >= fraction * total)
+        found.append(f"{label} <= {bound * 1000:g} ms")
+    return f"{', '.join(found)} over {total:,.0f}"
 
 
 def replication_lag(messages: int) -> None:
@@ -720,11 +767,16 @@ def wait_replicated(a: InstanceProcess, b: InstanceProcess) -> None:
 
 
 def replicated_lag_ms(before: dict[str, Any], after: dict[str, Any]) -> str:
-    """Percentiles of the `replicated_lag` hop between two reads of an instance's hops, from
-    its histogram's buckets (each read as its upper bound)."""
-    if "replicated_lag" not in after:
-        return "- (an instance without the replicated_lag hop)"
-    old, new = before["replicated_lag"], after["replicated_lag"]
+    """Percentiles of the `replicated_lag` hop between two reads of an instance's hops."""
+    return hop_quantiles(before, after, "replicated_lag", "publishes")
+
+
+def hop_quantiles(before: dict[str, Any], after: dict[str, Any], name: str, unit: str) -> str:
+    """Percentiles of a histogram hop between two reads of an instance's hops, from its
+    buckets (each read as its upper bound)."""
+    if "buckets" not in after.get(name, {}):
+        return f"- (an instance without the {name} histogram)"
+    old, new = before.get(name, {"buckets": {}, "total_us": 0}), after[name]
     counts = {
         bound: count - old["buckets"].get(bound, 0) for bound, count in new["buckets"].items()
     }
@@ -736,15 +788,15 @@ def replicated_lag_ms(before: dict[str, Any], after: dict[str, Any]) -> str:
     if not total:
         return "-"
     found = []
-    for name, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+    for label, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
         seen = 0
         for bound, count in ordered:
             seen += count
             if seen >= fraction * total:
-                found.append(f"{name} {bound / 1000:.1f}")
+                found.append(f"{label} {bound / 1000:.1f}")
                 break
     mean = (new["total_us"] - old["total_us"]) / total / 1000
-    return f"{', '.join(found)}, mean {mean:.1f} ms over {total:,} publishes"
+    return f"{', '.join(found)}, mean {mean:.1f} ms over {total:,} {unit}"
 
 
 if __name__ == "__main__":

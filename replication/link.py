@@ -133,6 +133,8 @@ class _Session:
         # and (batch through txid, when written) of each batch not yet acknowledged.
         self.advanced: deque[tuple[int, int]] = deque(maxlen=MAX_TIMED)
         self.written: deque[tuple[int, int]] = deque(maxlen=MAX_TIMED)
+        # (batch through txid, when its first record was durable here) of each batch sent.
+        self.durable: deque[tuple[int, int]] = deque(maxlen=MAX_TIMED)
 
 
 class _Dispatched(Protocol):
@@ -694,10 +696,14 @@ class Replicator:
                 session.written.append((through, written_ns))
 
     def _timed_ack(self, session: _Session, through_txid: int) -> None:
-        """Hops: the batches this ack covers, from written to acknowledged."""
-        written, now_ns = session.written, perf_counter_ns()
+        """Hops: the batches this ack covers, from written, and from durable here, to
+        acknowledged."""
+        written, durable, now_ns = session.written, session.durable, perf_counter_ns()
+        hops = self._hops
         while written and written[0][0] <= through_txid:
-            self._hops.link_ack_wait.add(now_ns - written.popleft()[1])
+            hops.link_ack_wait.add_us((now_ns - written.popleft()[1]) // 1000)
+        while durable and durable[0][0] <= through_txid:
+            hops.link_acked.add_us((now_ns - durable.popleft()[1]) // 1000)
 
     def _timed_send(self, session: _Session, batch: Batch) -> None:
         """Hops: from the log advance that made the batch's first record durable to now."""
@@ -706,7 +712,9 @@ class Replicator:
         while advanced and advanced[0][0] < first:
             advanced.popleft()
         if advanced:
-            self._hops.link_send_wait.add(perf_counter_ns() - advanced[0][1])
+            durable_ns = advanced[0][1]
+            self._hops.link_send_wait.add(perf_counter_ns() - durable_ns)
+            session.durable.append((batch.through_txid, durable_ns))
 
     @property
     def _hops(self) -> HopStatistics:
@@ -780,7 +788,7 @@ class Replicator:
             self.instance.journal.drop_frames_before(min(needed))
 
     def _durable(self, session: _Session, through_txid: int, target: int, received_ns: int) -> None:
-        self._hops.replicated_durable.add(perf_counter_ns() - received_ns)
+        self._hops.replicated_durable.add_us((perf_counter_ns() - received_ns) // 1000)
         if self._sessions.get(session.core.peer) is session:
             self._step(session, RecordsDurable(through_txid, target))
 

@@ -136,9 +136,12 @@ class HopStatistics:
     # The batch queued for the writer -> gRPC took it (behind earlier frames of the link).
     link_write: Span = field(default_factory=Span)
     # The batch written -> the peer's ack of it (the peer's append and fsync, the way back).
-    link_ack_wait: Span = field(default_factory=Span)
+    link_ack_wait: Histogram = field(default_factory=Histogram)
+    # The batch's first record durable here -> the peer's ack of the batch (the three hops
+    # above end to end): what a sync destination adds to a publisher's persisted ack.
+    link_acked: Histogram = field(default_factory=Histogram)
     # Replication receiver: a batch received -> durable here (its ack is queued then).
-    replicated_durable: Span = field(default_factory=Span)
+    replicated_durable: Histogram = field(default_factory=Histogram)
     # Replication receiver: each replicated publish, its origin's timestamp (the publish
     # accepted there) -> durable here: the replication lag. Wall clocks: between two
     # machines it includes their offset.
@@ -165,6 +168,7 @@ class HopStatistics:
             "link_send_wait": self.link_send_wait.as_json(),
             "link_write": self.link_write.as_json(),
             "link_ack_wait": self.link_ack_wait.as_json(),
+            "link_acked": self.link_acked.as_json(),
             "replicated_durable": self.replicated_durable.as_json(),
             "replicated_lag": self.replicated_lag.as_json(),
             "deliveries_after_ack": self.deliveries_after_ack,

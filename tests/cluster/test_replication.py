@@ -92,8 +92,16 @@ async def test_publish_on_each_read_on_every_other_in_order_with_the_same_bookma
     # that were acknowledged, and made its peers' batches durable.
     for name in NAMES:
         hops = (await asyncio.to_thread(instance_status, mesh[name]))["hops"]
-        for hop in ("link_send_wait", "link_write", "link_ack_wait", "replicated_durable"):
+        for hop in (
+            "link_send_wait",
+            "link_write",
+            "link_ack_wait",
+            "link_acked",
+            "replicated_durable",
+        ):
             assert hops[hop]["count"] > 0, (name, hop, hops)
+        # Each batch is timed from durable to acknowledged once at most.
+        assert hops["link_acked"]["count"] <= hops["link_ack_wait"]["count"], (name, hops)
         # The replication lag of every publish that came from a peer, origin -> durable here:
         # in a full mesh each instance makes the two others' publishes durable, once each.
         lag = hops["replicated_lag"]
