@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import google_crc32c
 
 from amps.errors import CorruptRecord
-from amps.log.bookmarks import Bookmark
+from amps.log.bookmarks import Bookmark, PackedBookmarks
 from amps.log.records import (
     PublishRecord,
     QueueAction,
@@ -128,7 +128,11 @@ def encode_payload(record: Record) -> bytes:
             record.action, len(queue), len(oi), len(og), len(reason),
             len(record.bookmarks), len(record.txids),
         )  # fmt: skip
-        pairs = b"".join(_PAIR.pack(b.publisher_id, b.seq) for b in record.bookmarks)
+        bookmarks = record.bookmarks
+        if type(bookmarks) is PackedBookmarks:  # as read: its bytes are the encoding
+            pairs = bookmarks.data
+        else:
+            pairs = b"".join(_PAIR.pack(b.publisher_id, b.seq) for b in bookmarks)
         nt = len(record.txids)
         txids = struct.pack(f"<{nt}Q", *record.txids)
         if not record.delivered_us and not record.deliveries:
@@ -349,7 +353,9 @@ def _decode_queue(buf: bytes, start: int, stop: int) -> QueueRecord:
             raise CorruptRecord("queue record length does not match its counts")
         facts = struct.unpack_from(f"<{nt}Q{nt}H", buf, end + 1)
         delivered_us, deliveries = facts[:nt], facts[nt:]
-    bookmarks = tuple(Bookmark(p, s) for p, s in _PAIR.iter_unpack(buf[pos : pos + 16 * nb]))
+    # Built into Bookmarks only when read: a link that skips a peer's record of 500 acks, or a
+    # replay that takes them as pairs, builds none (1 us each).
+    bookmarks = PackedBookmarks(buf[pos : pos + 16 * nb])
     txids = struct.unpack_from(f"<{nt}Q", buf, pos + 16 * nb)
     return QueueRecord(
         txid, ts, queue, QueueAction(action), bookmarks, txids, reason, oi, og, otx,

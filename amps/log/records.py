@@ -8,6 +8,7 @@ caller for `Journal.append` carries `txid=0`; the journal assigns the real one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -80,7 +81,8 @@ class QueueRecord:
     timestamp_us: int
     queue: str
     action: QueueAction
-    bookmarks: tuple[Bookmark, ...] = ()
+    bookmarks: Sequence[Bookmark] = ()
+    """A tuple, or `PackedBookmarks` as read from the log (built into Bookmarks when read)."""
     txids: tuple[int, ...] = ()
     reason: str = ""
     origin_instance: str = ""

@@ -21,6 +21,7 @@ from amps import errors
 from amps.config import QueueConfig
 from amps.expr import ExprKind, Filter, Priority, compile_filter, compile_priority
 from amps.log.bookmarks import Bookmark as LogBookmark
+from amps.log.bookmarks import bookmark_pairs
 from amps.log.codec import PublishHead
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, TransferRecord
 from amps.queue import (
@@ -572,7 +573,7 @@ class QueueDriver:
         expire = ExpireReason.TIME_LIMIT
         if record.action == QueueAction.EXPIRE:
             expire = ExpireReason.FORCED_EXPIRE
-        pairs = [(b.publisher_id, b.seq) for b in record.bookmarks]
+        pairs = bookmark_pairs(record.bookmarks)
         actions: Sequence[ReplicaAction]
         if self.replica is not None:
             actions = self.replica.removed_by_peer(pairs, now_ms, reason, expire)

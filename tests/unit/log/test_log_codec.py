@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from amps.errors import CorruptRecord
 from amps.log import codec
+from amps.log.bookmarks import PackedBookmarks, bookmark_pairs
 from amps.log.records import (
     Bookmark,
     PublishRecord,
@@ -264,3 +265,35 @@ def test_find_next_frame_can_look_for_commit_markers_only() -> None:
     assert codec.find_next_frame(buf, 0, len(buf)) == 4
     assert codec.find_next_frame(buf, 0, len(buf), commit_only=True) == 4 + len(record)
     assert codec.find_next_frame(b"junk" + record, 0, 4 + len(record), commit_only=True) is None
+
+
+@given(st.lists(bookmarks, max_size=6))
+@FUZZ
+def test_a_decoded_queue_record_s_bookmarks_read_as_the_ones_written(
+    written: list[Bookmark],
+) -> None:
+    record = QueueRecord(7, 8, "q", QueueAction.ACK, bookmarks=tuple(written))
+    [decoded], _ = codec.decode(codec.encode(record))
+    assert isinstance(decoded, QueueRecord)
+    packed = decoded.bookmarks
+    assert isinstance(packed, PackedBookmarks)  # built into Bookmarks only when read
+    assert list(packed) == written
+    assert len(packed) == len(written)
+    assert [packed[i] for i in range(-len(written), len(written))] == written * 2
+    assert packed[1:] == tuple(written[1:])
+    assert packed.pairs() == bookmark_pairs(tuple(written))
+    assert packed == tuple(written)
+    assert tuple(written) == packed
+    assert hash(packed) == hash(tuple(written))
+    assert packed != (*written, Bookmark(1, 2))
+    assert all(type(b) is Bookmark for b in packed)
+    # Encoded again (a link forwarding a peer's record): the same bytes, no rebuild.
+    assert codec.encode(decoded) == codec.encode(record)
+
+
+def test_packed_bookmarks_out_of_range_and_of_a_wrong_length_are_refused() -> None:
+    packed = PackedBookmarks(bytes(32))
+    with pytest.raises(IndexError):
+        packed[2]
+    with pytest.raises(ValueError, match="multiple of 16"):
+        PackedBookmarks(bytes(17))
