@@ -633,7 +633,9 @@ class Ownership:
         for record in snap.early[-max_early_records:]:
             machine._early[record.key] = record
         machine._removed = OrderedDict.fromkeys(snap.removed[-max_removed_remembered:])
-        if not machine._removed.keys().isdisjoint(entries):
+        # A view of the entries, so the check walks the smaller side (the removed remembered,
+        # 65,536 at most), not every live message.
+        if not machine._removed.keys().isdisjoint(entries.keys()):
             raise ValueError("ownership snapshot holds a removed message")
         return machine
 
