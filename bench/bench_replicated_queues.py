@@ -172,7 +172,10 @@ def main() -> None:
     if "restart" in args.only:
         print(f"restart: {queued:,} queued messages of 100 B", flush=True)
         # As an installed broker has: bytecode for every module (else each restart compiles them).
-        compileall.compile_dir(Path(__file__).resolve().parent.parent / "amps", quiet=1)
+        # The replication package too: without it every replicated restart compiled it.
+        root = Path(__file__).resolve().parent.parent
+        for package in ("amps", "replication"):
+            compileall.compile_dir(root / package, quiet=1)
         with part("restart, one instance"):
             restart_single(queued)
         with part("restart, replicated"):
