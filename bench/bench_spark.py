@@ -1,11 +1,15 @@
 """The Spark source, sink and queue report against references measured in the same run.
 
-`.venv/bin/python -m bench.bench_spark [--rows N] [--sink-rows N] [--report-messages N]
-[--only reads|sink|report]`
+`.venv/bin/python -m bench.bench_spark [--rows N] [--rounds N] [--sink-rows N]
+[--report-messages N] [--only reads|sink|report]`
 
 - journal read into `df.count()` and `groupBy(topic).count()`, rows/s, against the Arrow
-  ceiling: a trivial Python data source yielding the same batches from memory; beside it the
-  read as it was before the columnar decode (per-record objects, `amps_records`);
+  ceiling: a trivial Python data source yielding the same batches (size, schema, partitions)
+  from memory. `--rounds` rounds, read and ceiling alternating within each (which goes first
+  alternating too); each round is printed, then the median ratio and its spread (the ceiling
+  alone moves up to 30 % between runs on this machine). Beside them: the read's decode in one
+  process against an Arrow IPC write of the same batches, and the read as it was before the
+  columnar decode (per-record objects, `amps_records`);
 - server read rows/s against the `epoch` replay rate of the same instance (the Python client);
 - sink rows/s against `amps publish` of the same rows;
 - `amps report queues` over a journal of N messages (seconds).
@@ -18,12 +22,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +39,7 @@ from amps.client import Client
 from bench.common import json_payloads, temp_instance
 from tests.harness.instance import process_env
 
-ROUNDS = 3  # interleaved rounds of the journal read figures; the best of each is printed
+ROUNDS = 5  # rounds of the journal read figures: the median ratio and its spread are printed
 BYTES = 256  # payload size: the per-row costs, not the copy, are what is measured
 
 
@@ -192,7 +198,36 @@ def _records_source() -> type:
     return Records
 
 
-def bench_reads(spark: Any, rows: int) -> None:
+@dataclass
+class _Figure:
+    """One query of one source: its wall rate, and the CPU per row of the whole process tree
+    and of Spark's Python workers alone."""
+
+    rate: float
+    cpu_us: float
+    python_us: float
+
+
+def _measure(spark: Any, name: str, query: str, path: str | None, expected: int) -> _Figure:
+    """`count()` or `groupBy(topic).count()` of source `name`, checked against `expected`."""
+    frame = spark.read.format(name).load(path) if path else spark.read.format(name).load()
+    if query == "count":
+        got, seconds, used = _timed_cpu(frame.count)
+    else:
+        grouped, seconds, used = _timed_cpu(frame.groupBy("topic").count().collect)
+        got = sum(r["count"] for r in grouped)
+    assert got == expected, (name, query, got, expected)
+    return _Figure(
+        _rate(expected, seconds), used * 1e6 / expected, last_python_cpu * 1e6 / expected
+    )
+
+
+def _spread(values: list[float]) -> str:
+    """`median (min-max)` of ratios."""
+    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f}x)"
+
+
+def bench_reads(spark: Any, rows: int, rounds: int) -> None:
     from amps.spark import journal_read
     from amps.spark.options import ReadOptions
 
@@ -200,65 +235,68 @@ def bench_reads(spark: Any, rows: int) -> None:
         print(f"publishing {rows:,} rows of {BYTES} B ...", flush=True)
         asyncio.run(_publish(instance.address, "bench", rows))
         journal = str(instance.workdir / "journal")
+        bench_decode(journal, DECODE_REPEATS)
         partitions = spark.read.format("amps").load(journal).rdd.getNumPartitions()
         count = spark.read.format("amps").load(journal).count()
-        # The ceiling: the same rows, as 8192-row batches of this journal's own, from memory.
-        first = next(journal_read.read(journal_read.plan(journal, ReadOptions())[0], ReadOptions()))
+        # The ceiling: the same rows, as batches of this journal's own read (the same size and
+        # schema), from memory, in as many partitions as the read's.
+        first = next(
+            journal_read.read(journal_read.parts(journal, ReadOptions())[0], ReadOptions())
+        )
         repeats = max(1, rows // (first.num_rows * partitions))
         spark.dataSource.register(_ceiling_source(first, repeats, partitions))
-        ceiling_rows = repeats * first.num_rows * partitions
-        # The ceiling also as one equal piece per core: with more pieces than cores, equal
-        # pieces leave a core idle at the end, which would flatter our ratio.
-        # Before the columnar decode: the journal's reader and codec, per-record objects.
-        spark.dataSource.register(_records_source())
-        sources = {"amps": (journal, count), "amps_records": (journal, count),
-                   "amps_ceiling": (None, ceiling_rows)}  # fmt: skip
+        ceilings = {"amps_ceiling": (None, repeats * first.num_rows * partitions)}
         cores = os.cpu_count() or 1
-        if cores != partitions:  # the same shape would only be measured twice
-            per_core = max(1, ceiling_rows // (first.num_rows * cores))
+        if cores != partitions:
+            # The ceiling also as one equal piece per core (the faster of the two counts): with
+            # more pieces than cores, equal pieces leave a core idle at the end.
+            per_core = max(1, rows // (first.num_rows * cores))
             spark.dataSource.register(_ceiling_source(first, per_core, cores, "amps_ceiling_cores"))
-            sources["amps_ceiling_cores"] = (None, per_core * first.num_rows * cores)
-        best: dict[tuple[str, str], float] = {}
-        cpu: dict[tuple[str, str], float] = {}  # the least CPU microseconds per row seen
-        python: dict[tuple[str, str], float] = {}  # ... of Spark's Python workers, that query
-        for _ in range(ROUNDS):  # interleaved, best of each: the machine's load comes and goes
-            for name, (path, expected) in sources.items():
-                for query in ("count", "groupBy"):
-                    frame = spark.read.format(name).load(path) if path else spark.read.format(
-                        name).load()  # fmt: skip
-                    if query == "count":
-                        got, seconds, used = _timed_cpu(frame.count)
-                    else:
-                        grouped, seconds, used = _timed_cpu(frame.groupBy("topic").count().collect)
-                        got = sum(r["count"] for r in grouped)
-                    assert got == expected, (name, query, got, expected)
-                    rate = _rate(expected, seconds)
-                    best[name, query] = max(best.get((name, query), 0.0), rate)
-                    per_row = used * 1e6 / expected
-                    if per_row < cpu.get((name, query), float("inf")):
-                        cpu[name, query] = per_row
-                        python[name, query] = last_python_cpu * 1e6 / expected
-        for query, label in (("count", "count()"), ("groupBy", "groupBy(topic).count()")):
-            if "amps_ceiling_cores" in sources:
-                print(f"{label} ceiling as {partitions} pieces {best['amps_ceiling', query]:,.0f}"
-                      f" rows/s, as {cores} {best['amps_ceiling_cores', query]:,.0f} rows/s: "
-                      "the faster is the ceiling", flush=True)  # fmt: skip
-                if best["amps_ceiling_cores", query] > best["amps_ceiling", query]:
-                    for table in (best, cpu, python):
-                        table["amps_ceiling", query] = table["amps_ceiling_cores", query]
-            read, ceiling = best["amps", query], best["amps_ceiling", query]
-            before = best["amps_records", query]
-            print(f"journal read, {partitions} partitions, {label}: {read:,.0f} rows/s, "
-                  f"ceiling {ceiling:,.0f} rows/s ({read / ceiling:.2f}x); per-record "
-                  f"decode (before) {before:,.0f} rows/s ({before / ceiling:.2f}x)",
+            ceilings["amps_ceiling_cores"] = (None, per_core * first.num_rows * cores)
+        sources = {"amps": (journal, count), **ceilings}
+        print(f"journal read: {count:,} rows in {partitions} partitions on {cores} cores; "
+              f"ceiling: batches of {first.num_rows:,} rows from memory, "
+              f"{' and '.join(f'{n:,}' for _p, n in ceilings.values())} rows",
+              flush=True)  # fmt: skip
+        for name, (path, expected) in sources.items():  # warm-up: JIT, Python workers
+            for query in QUERIES:
+                _measure(spark, name, query, path, expected)
+        ratios: dict[str, list[float]] = {query: [] for query in QUERIES}
+        figures: dict[tuple[str, str], list[_Figure]] = {}
+        for round_ in range(1, rounds + 1):
+            for query, label in QUERIES.items():
+                # Read and ceiling alternate, and which goes first alternates from round to
+                # round: the machine's load comes and goes.
+                order = list(sources) if round_ % 2 else list(reversed(sources))
+                got = {name: _measure(spark, name, query, *sources[name]) for name in order}
+                ceiling = max((got[name] for name in ceilings), key=lambda f: f.rate)
+                ours = got["amps"]
+                for name, figure in (("amps", ours), ("ceiling", ceiling)):
+                    figures.setdefault((name, query), []).append(figure)
+                ratios[query].append(ours.rate / ceiling.rate)
+                print(f"round {round_} {label}: read {ours.rate:,.0f} rows/s, ceiling "
+                      f"{ceiling.rate:,.0f} rows/s ({ours.rate / ceiling.rate:.2f}x); CPU per row "
+                      f"{ours.cpu_us:.2f} us against {ceiling.cpu_us:.2f} us, of which Spark's "
+                      f"Python workers {ours.python_us:.2f} against {ceiling.python_us:.2f}",
+                      flush=True)  # fmt: skip
+        for query, label in QUERIES.items():
+            ours_f, ceiling_f = figures["amps", query], figures["ceiling", query]
+            median = {n: statistics.median(getattr(f, n) for f in ceiling_f) for n in _FIELDS}
+            mine = {n: statistics.median(getattr(f, n) for f in ours_f) for n in _FIELDS}
+            print(f"journal read {label}, median of {rounds} rounds: {_spread(ratios[query])} "
+                  f"of the ceiling; read {mine['rate']:,.0f} rows/s, ceiling "
+                  f"{median['rate']:,.0f} rows/s ({min(f.rate for f in ceiling_f):,.0f}-"
+                  f"{max(f.rate for f in ceiling_f):,.0f}); CPU per row {mine['cpu_us']:.2f} us "
+                  f"against {median['cpu_us']:.2f} us "
+                  f"({median['cpu_us'] / mine['cpu_us']:.2f}x), Python workers "
+                  f"{mine['python_us']:.2f} against {median['python_us']:.2f} us",
                   flush=True)  # fmt: skip
-            ours, least, old = (cpu[n, query] for n in ("amps", "amps_ceiling", "amps_records"))
-            print(f"  CPU per row (JVM and Python workers, least of {ROUNDS}): {ours:.2f} us, "
-                  f"ceiling {least:.2f} us ({least / ours:.2f}x); per-record decode "
-                  f"{old:.2f} us ({least / old:.2f}x)", flush=True)  # fmt: skip
-            ours, least = python["amps", query], python["amps_ceiling", query]
-            print(f"  of which Spark's Python workers: {ours:.2f} us, ceiling {least:.2f} us",
-                  flush=True)  # fmt: skip
+
+        # Before the columnar decode: the journal's reader and codec, per-record objects (once).
+        spark.dataSource.register(_records_source())
+        old = _measure(spark, "amps_records", "count", journal, count)
+        print(f"per-record decode (before the columnar one), count(): {old.rate:,.0f} rows/s, "
+              f"{old.cpu_us:.2f} us CPU per row", flush=True)  # fmt: skip
 
         replay, _, replay_cpu = _timed_cpu(
             lambda: asyncio.run(_replay_rate(instance.address, "bench", rows))
@@ -272,6 +310,42 @@ def bench_reads(spark: Any, rows: int) -> None:
               f"{replay:,.0f} msg/s ({served / replay:.2f}x); CPU per row (instance, Spark, "
               f"client) {s_cpu * 1e6 / s_count:.2f} us against {replay_cpu * 1e6 / rows:.2f} us "
               f"({replay_cpu / rows / (s_cpu / s_count):.2f}x)", flush=True)  # fmt: skip
+
+
+QUERIES = {"count": "count()", "groupBy": "groupBy(topic).count()"}
+_FIELDS = ("rate", "cpu_us", "python_us")
+DECODE_REPEATS = 7
+
+
+def bench_decode(journal: str, repeats: int) -> None:
+    """In this process, best of `repeats`: the journal read's CPU per row (what a Spark Python
+    worker spends to make the batches) beside an Arrow IPC write of the same batches (what
+    every Python worker spends to hand batches to the JVM, the ceiling's included)."""
+    from amps.spark import journal_read
+    from amps.spark.options import ReadOptions
+
+    options = ReadOptions()
+    parts = journal_read.parts(journal, options)
+
+    def decode() -> list[pa.RecordBatch]:
+        return [batch for part in parts for batch in journal_read.read(part, options)]
+
+    def write(batches: list[pa.RecordBatch]) -> None:
+        with pa.ipc.new_stream(pa.BufferOutputStream(), batches[0].schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+
+    batches = decode()
+    n = sum(batch.num_rows for batch in batches)
+    best = {"decode": float("inf"), "write": float("inf")}
+    for _ in range(repeats):  # alternating, least CPU of each
+        for name, action in (("decode", decode), ("write", lambda: write(batches))):
+            started = time.process_time()
+            action()
+            best[name] = min(best[name], time.process_time() - started)
+    print(f"journal read in one process (best of {repeats}): {best['decode'] * 1e9 / n:.0f} ns "
+          f"CPU per row; an Arrow IPC write of the same {len(batches)} batches "
+          f"{best['write'] * 1e9 / n:.0f} ns per row", flush=True)  # fmt: skip
 
 
 def bench_sink(spark: Any, rows: int) -> None:
@@ -360,6 +434,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--sink-rows", type=int, default=100_000)
     parser.add_argument("--report-messages", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of the journal reads")
     parser.add_argument("--only", choices=("reads", "sink", "report"), help="one part only")
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -370,7 +445,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         if args.only in (None, "reads"):
-            bench_reads(spark, args.rows)
+            bench_reads(spark, args.rows, args.rounds)
         if args.only in (None, "sink"):
             bench_sink(spark, args.sink_rows)
     finally:
