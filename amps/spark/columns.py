@@ -3,15 +3,19 @@
 `codec.decode_publishes` builds a Python object per record and `rows.publishes_batch` then one
 Python list per column; here a chunk of a segment becomes Arrow arrays built from buffers:
 
-- the frames are found with numpy (every position of the frame magic, each frame's length
-  gathered there, the chain of lengths checked from the chunk's first frame);
+- the frames are found with numpy (every position of the frame magic's third byte, found a
+  word at a time; the magic and each frame's length read there through a view of the chunk as
+  4-byte values at every byte offset, one index per frame; the chain of lengths checked from
+  the chunk's first frame);
 - every frame's CRC32C is checked, all of a chunk's frames in one CRC call (`_checksums_hold`:
   no Python step per record);
 - the fixed fields of every publish are one numpy gather viewed through the codec's own layout
   (`codec._PUBLISH`, shared, not copied), strings are gathered into Arrow string arrays (UTF-8
   checked by Arrow), and the data bytes are copied by Arrow: a binary-view array over the chunk
   (each value's offset and length, no Python object per value) cast to binary, the type Spark
-  takes (it refuses binary views).
+  takes (it refuses binary views). Names alike in every row (a topic, an origin) are compared
+  a word at a time and built once; bookmarks of one publisher whose sequence numbers have as
+  many digits are rows of one width, written digit by digit for all rows at once.
 
 Anything else (a damaged frame, the magic inside a payload, a malformed string) is not decided
 here: `decode` returns None and the caller reads that chunk with the journal's own reader,
@@ -42,10 +46,8 @@ _FIXED_DTYPE = np.dtype(
      ("lc", "<u2")]
 )  # fmt: skip
 assert _FIXED_DTYPE.itemsize == _FIXED.size
-_HEADER_DTYPE = np.dtype([("magic", "<u4"), ("crc", "<u4"), ("length", "<u4")])
 _MAGIC_THIRD = codec._MAGIC_BYTES[2]
 _PREFIX = 9  # kind u8 | txid u64: how every record payload starts
-_PREFIX_DTYPE = np.dtype([("kind", "u1"), ("txid", "<u8")])
 _KIND_PUBLISH = int(RecordKind.PUBLISH)
 _CONTROL_KINDS = np.array(sorted(codec.CONTROL_KINDS), np.uint8)
 _crc_extend = google_crc32c.extend
@@ -70,31 +72,86 @@ def _gather(arr: npt.NDArray[np.uint8], starts: Int64s, width: int) -> npt.NDArr
     return windows[starts]
 
 
-def _frames(chunk: bytes, arr: npt.NDArray[np.uint8]) -> tuple[Int64s, npt.NDArray[np.void]] | None:
-    """(offsets, headers) of the complete frames chained from offset 0, or None when the chain
-    is not plain (damage, or the magic inside a payload: the caller's ordinary reader decides)."""
+def _at_every_byte(arr: npt.NDArray[np.uint8], dtype: str) -> npt.NDArray[Any]:
+    """The chunk as values of `dtype` starting at every byte offset (unaligned, overlapping): one
+    field of every frame is then one index per frame, not one per byte."""
+    width = np.dtype(dtype).itemsize
+    return np.ndarray((max(0, len(arr) - width + 1),), dtype, arr, 0, (1,))
+
+
+def _alike(arr: npt.NDArray[np.uint8], starts: Int64s, width: int) -> bool:
+    """Whether the `width` bytes at each of `starts` are those at the first: compared a word at
+    a time (the last word overlapping the one before), not byte by byte."""
+    for dtype in ("<u8", "<u4", "<u2", "u1"):
+        size = np.dtype(dtype).itemsize
+        if width >= size:
+            view = _at_every_byte(arr, dtype)
+            for offset in (*range(0, width - size, size), width - size):
+                values = view[starts + offset]
+                if (values != values[0]).any():
+                    return False
+            return True
+    return True  # width 0
+
+
+_EIGHT = np.arange(8, dtype=np.int64)
+
+
+def _positions(arr: npt.NDArray[np.uint8], byte: int) -> Int64s:
+    """Where `byte` is in `arr`, ascending. It is rare (about one per frame): the 8-byte words
+    holding one are found first, and in each the byte from the word's lowest set bit, which
+    spares numpy's nonzero a scan of every byte of the chunk."""
+    equal = arr == byte
+    whole = len(arr) & ~7
+    words = equal[:whole].view(np.uint64)
+    at: Int64s = np.flatnonzero(words != 0)
+    values = words[at]
+    lowest = values & (~values + np.uint64(1))  # each found byte is 0x01: bit 0, 8, ... 56
+    found: Int64s = at * 8 + (np.log2(lowest).astype(np.int64) >> 3)
+    several = values != lowest
+    if several.any():  # rare: a word holding it twice or more; its others put in their places
+        more = (at[several][:, None] * 8 + _EIGHT).ravel()
+        more = np.setdiff1d(more[equal[more]], found[several], assume_unique=True)
+        found = np.insert(found, np.searchsorted(found, more), more)
+    if whole < len(arr):
+        found = np.concatenate([found, np.flatnonzero(equal[whole:]) + whole])
+    return found
+
+
+@dataclass(frozen=True)
+class _Frames:
+    """The complete frames chained from a chunk's offset 0: where each starts, its payload
+    length and its stored CRC."""
+
+    starts: Int64s
+    lengths: Int64s
+    crcs: npt.NDArray[np.uint32]
+
+
+def _frames(chunk: bytes, arr: npt.NDArray[np.uint8]) -> _Frames | None:
+    """The complete frames chained from offset 0, or None when the chain is not plain (damage,
+    or the magic inside a payload: the caller's ordinary reader decides)."""
     size = len(chunk)
     if size < _HEADER:
         return None if size and not codec._MAGIC_BYTES.startswith(chunk) else _NONE
     # Candidates: where the magic's third byte (0xB5, rare in text) is; then all four checked.
-    starts: Int64s = np.flatnonzero(arr[2:] == _MAGIC_THIRD).astype(np.int64)
-    starts = starts[starts <= size - _HEADER]
-    headers = _gather(arr, starts, _HEADER).view(_HEADER_DTYPE).ravel()
-    real = headers["magic"] == codec.MAGIC
-    starts, headers = starts[real], headers[real]
+    starts = _positions(arr, _MAGIC_THIRD) - 2
+    starts = starts[(starts >= 0) & (starts <= size - _HEADER)]
+    u32 = _at_every_byte(arr, "<u4")
+    starts = starts[u32[starts] == codec.MAGIC]
     if not len(starts) or starts[0] != 0:
         return None
-    lengths = headers["length"].astype(np.int64)
+    lengths = u32[starts + 8].astype(np.int64)
     if (lengths < _PREFIX).any() or (lengths > codec.MAX_PAYLOAD_BYTES).any():
         return None
     stops = starts + _HEADER + lengths
     if not (stops[:-1] == starts[1:]).all():
         return None
     complete = int(np.searchsorted(stops, size, side="right"))
-    return starts[:complete], headers[:complete]
+    return _Frames(starts[:complete], lengths[:complete], u32[starts[:complete] + 4])
 
 
-_NONE: tuple[Int64s, npt.NDArray[np.void]] = (np.empty(0, np.int64), np.empty(0, _HEADER_DTYPE))
+_NONE = _Frames(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.uint32))
 
 
 def _checksums_hold(
@@ -112,9 +169,11 @@ def _checksums_hold(
     frame always makes the whole nonzero. A nonzero whole sends the chunk to the journal's
     reader, which names the frame."""
     end = int(stops[-1])
-    buffer = np.zeros(end + 8, np.uint8)
+    buffer = np.empty(end + 8, np.uint8)
+    buffer[:8] = 0
     buffer[8:end] = arr[8:end]
-    # 4-byte words at any byte offset (the frames are not aligned), written in place.
+    # 4-byte words at any byte offset (the frames are not aligned), written in place; every
+    # byte from `end` on is written here too.
     words = np.ndarray((end + 5,), "<u4", buffer, 0, (1,))
     words[starts + 8] ^= 0xFFFF_FFFF
     words[stops] = ~stored
@@ -132,17 +191,15 @@ def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
     found = _frames(chunk, arr)
     if found is None:
         return None
-    starts, headers = found
     # Every payload starts kind u8 | txid u64; a control frame has 0 where a record has its txid.
-    prefixes = _gather(arr, starts + _HEADER, _PREFIX).view(_PREFIX_DTYPE).ravel()
-    txids = prefixes["txid"]
+    txids = _at_every_byte(arr, "<u8")[found.starts + _HEADER + 1]
     kept = int(np.searchsorted(np.maximum.accumulate(txids), last_txid, side="right"))
     if not kept:
         return Decoded(None, 0, from_txid)
-    starts, headers, txids = starts[:kept], headers[:kept], txids[:kept]
-    kinds = prefixes["kind"][:kept]
-    stops = starts + _HEADER + headers["length"]
-    if not _checksums_hold(arr, starts, stops, headers["crc"]):
+    starts, txids = found.starts[:kept], txids[:kept]
+    kinds = arr[starts + _HEADER]
+    stops = starts + _HEADER + found.lengths[:kept]
+    if not _checksums_hold(arr, starts, stops, found.crcs[:kept]):
         return None
     control = np.isin(kinds, _CONTROL_KINDS)
     try:
@@ -166,14 +223,13 @@ def _strings(
     bitmap, says so); None if one is not UTF-8."""
     n = len(starts)
     width = int(lengths[0])
-    if valid is None and (lengths == width).all():
-        # Names repeat (a topic, an origin): all alike is one comparison, and one string.
-        rows = _gather(arr, starts, width)
-        if (rows == rows[0]).all():
-            try:
-                return _repeated(rows[0].tobytes().decode(), n)
-            except UnicodeDecodeError:
-                return None
+    if valid is None and (lengths == width).all() and _alike(arr, starts, width):
+        # Names repeat (a topic, an origin): all alike is a few comparisons, and one string.
+        first = int(starts[0])
+        try:
+            return _repeated(arr[first : first + width].tobytes().decode(), n)
+        except UnicodeDecodeError:
+            return None
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
     total = int(offsets[-1])
@@ -236,10 +292,9 @@ def _same_names(
     width = lt0 + loi0 + log0
     if not width or (lt != lt0).any() or (loi != loi0).any() or (log != log0).any():
         return None
-    rows = _gather(arr, topic_at, width)
-    if not (rows == rows[0]).all():
+    if not _alike(arr, topic_at, width):
         return None
-    first = rows[0].tobytes()
+    first = arr[int(topic_at[0]) : int(topic_at[0]) + width].tobytes()
     try:
         topic, origin = first[:lt0].decode(), first[lt0 : lt0 + loi0].decode()
         first[lt0 + loi0 :].decode()
@@ -260,11 +315,11 @@ def _binary(chunk: bytes, arr: npt.NDArray[np.uint8], starts: Int64s, lengths: I
     views[:, 0] = lengths
     referenced = lengths > _INLINE
     if referenced.all():
-        views[:, 1] = _gather(arr, starts, 4).view("<i4").ravel()
+        views[:, 1] = _at_every_byte(arr, "<i4")[starts]
         views[:, 3] = starts
     else:
         at = starts[referenced]
-        views[referenced, 1] = _gather(arr, at, 4).view("<i4").ravel()
+        views[referenced, 1] = _at_every_byte(arr, "<i4")[at]
         views[referenced, 3] = at
         # Short values are held inline: up to 12 bytes after the length, zero-padded.
         short = ~referenced
@@ -285,6 +340,33 @@ def _binary(chunk: bytes, arr: npt.NDArray[np.uint8], starts: Int64s, lengths: I
         return pa.Array.from_buffers(
             pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(joined)]
         )
+
+
+_POWERS = 10 ** np.arange(1, 19, dtype=np.int64)  # where a decimal number gets another digit
+
+
+def _bookmarks(publisher: str, seqs: npt.NDArray[np.int64]) -> pa.Array | None:
+    """`publisher|seq|` for each of `seqs` when all have as many digits (the usual chunk: the
+    sequence numbers of one publisher, close together): rows of one width, written digit by digit
+    for all rows at once; None otherwise (Arrow joins them)."""
+    low, high = int(seqs.min()), int(seqs.max())
+    digits = int(np.searchsorted(_POWERS, high, side="right")) + 1
+    if low < 0 or int(np.searchsorted(_POWERS, low, side="right")) + 1 != digits:
+        return None
+    head = np.frombuffer(publisher.encode() + b"|", np.uint8)
+    width = len(head) + digits + 1
+    rows = np.empty((len(seqs), width), np.uint8)
+    rows[:, : len(head)] = head
+    rest = seqs
+    for column in range(len(head) + digits - 1, len(head) - 1, -1):
+        tens = rest // 10
+        rows[:, column] = rest - tens * 10 + 48  # the digit's character
+        rest = tens
+    rows[:, -1] = ord("|")
+    offsets = np.arange(len(seqs) + 1, dtype=np.int32) * width
+    return pa.Array.from_buffers(
+        pa.string(), len(seqs), [None, pa.py_buffer(offsets), pa.py_buffer(rows)]
+    )
 
 
 def _publishes(
@@ -321,8 +403,10 @@ def _publishes(
     if (ids == ids[0]).all():  # one publisher (the usual chunk): one string, not a cast each
         publisher = str(int(ids[0]))
         publishers = _repeated(publisher, n)
-        prefix = _repeated(publisher, 1)[0]  # a scalar (pa.scalar imports pandas)
-        bookmarks = pc.binary_join_element_wise(prefix, seqs.cast(pa.string()), _EMPTY, _BAR)
+        bookmarks = _bookmarks(publisher, fixed["seq"].astype(np.int64))
+        if bookmarks is None:
+            prefix = _repeated(publisher, 1)[0]  # a scalar (pa.scalar imports pandas)
+            bookmarks = pc.binary_join_element_wise(prefix, seqs.cast(pa.string()), _EMPTY, _BAR)
     else:
         publishers = _numbers(ids, pa.uint64()).cast(pa.string())
         bookmarks = pc.binary_join_element_wise(publishers, seqs.cast(pa.string()), _EMPTY, _BAR)
