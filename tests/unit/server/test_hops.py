@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from amps.server.hops import Histogram
 
 
@@ -33,3 +36,25 @@ def test_the_tail_beyond_the_last_bound_reads_as_the_maximum() -> None:
     histogram.add_us(3_600_000_000)  # an hour behind
     assert histogram.percentile_us(0.99) == 3_600_000_000
     assert Histogram().percentile_us(0.5) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(min_value=-10_000, max_value=10**10), max_size=50).map(sorted),
+    st.integers(min_value=0, max_value=10**10),
+)
+def test_a_run_of_timestamps_that_never_decrease_counts_as_one_by_one(
+    timestamps: list[int], now_us: int
+) -> None:
+    """The run's bisection over buckets against one `add_us` per timestamp, including
+    timestamps after `now_us` (an origin's clock ahead) and runs spanning many buckets."""
+    one_by_one, as_run = Histogram(), Histogram()
+    for timestamp_us in timestamps:
+        one_by_one.add_us(now_us - timestamp_us)
+    as_run.add_since_us(now_us, timestamps)
+    assert as_run.buckets == one_by_one.buckets
+    assert (as_run.count, as_run.total_us, as_run.max_us) == (
+        one_by_one.count,
+        one_by_one.total_us,
+        one_by_one.max_us,
+    )
