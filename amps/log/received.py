@@ -192,11 +192,12 @@ def _size(head: Head) -> int:
     return HEADER_SIZE_BYTES + head[2]
 
 
-def scan(data: bytes) -> ReceivedFrames:
-    """Check every frame of `data` (record frames only, complete, nothing after the last) and
-    return them; damage raises CorruptRecord with the damaged frame's offset."""
+def scan(data: bytes, start: int = 0, end: int | None = None) -> ReceivedFrames:
+    """Check every frame of `data[start:end]` (record frames only, complete, nothing after the
+    last) and return them, their offsets in `data`; damage raises CorruptRecord with the
+    damaged frame's offset."""
     frames = ReceivedFrames(data)
-    _scan(frames, 0, len(data), 0, -1, log=False)
+    _scan(frames, start, len(data) if end is None else end, 0, -1, log=False)
     return frames
 
 
