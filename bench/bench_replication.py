@@ -37,6 +37,7 @@ import contextlib
 import os
 import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -70,6 +71,8 @@ LAG_TICK_S = 0.0005  # the lag publisher sends what is due this often (as bench_
 LAG_TOPIC = "lag"
 LIVE_RATE_PER_S = 1_000  # live traffic on a while b catches up (the issue's figure)
 CATCH_UP_POLL_S = 0.1
+CATCH_UP_POLL_MIN_S = 0.005  # the catch-up's polls of b: from 1 s apart down to this
+CATCH_UP_POLL_MAX_S = 1.0
 SECTIONS = ("publish", "latency", "lag", "catch-up", "costs", "peer")
 # The hops (amps.server.hops) printed as means: a frame of commands handled, deliveries waiting
 # for and taken by gRPC, the sender's link hops and the receiver's receive -> durable.
@@ -247,13 +250,23 @@ def _clients_cpu_s() -> tuple[float, float]:
     return own.ru_utime + children.ru_utime, own.ru_stime + children.ru_stime
 
 
+def _proc_stat(process: InstanceProcess) -> list[str]:
+    assert process.process is not None
+    return Path(f"/proc/{process.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_times_s(process: InstanceProcess) -> tuple[float, float]:
     """(user, system) CPU seconds an instance process has used so far (Linux /proc): unlike
     rates, CPU per record hardly moves with what else the shared machine runs."""
-    assert process.process is not None
-    fields = Path(f"/proc/{process.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _proc_stat(process)
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def minor_faults(process: InstanceProcess) -> int:
+    """Minor page faults of an instance process so far: memory the allocator handed back to
+    the kernel and touched again (each costs system time)."""
+    return int(_proc_stat(process)[7])
 
 
 def _per_record_us(before: tuple[float, float], after: tuple[float, float], count: int) -> str:
@@ -303,43 +316,77 @@ class _LiveTraffic:
                 self.sent += 1
 
 
-def catch_up(messages: int) -> None:
+def _replay(a: InstanceProcess, expected: int) -> tuple[float, float, float]:
+    """a's epoch replay of `TOPIC` (raw stream, deliveries counted): msg/s, CPU us per record
+    and minor faults per record of a."""
+    cpu, faults = cpu_times_s(a), minor_faults(a)
+    count, seconds = asyncio.run(_replay_raw(a.address, expected))
+    cpu_after, faults_after = cpu_times_s(a), minor_faults(a)
+    cpu_us = sum(cpu_after) - sum(cpu)
+    return count / seconds, cpu_us / count * 1e6, (faults_after - faults) / count
+
+
+def _wait_caught_up(b: InstanceProcess, target: int, started: float) -> int:
+    """Until b's log reaches `target`; the polls made. Answering /metrics costs b CPU (every
+    100 ms it was ~6 % of b's samples during a catch-up), so b is asked again after about half
+    the time its rate so far needs for the rest, CATCH_UP_POLL_MAX_S at most and
+    CATCH_UP_POLL_MIN_S at least: few polls, and the last ones close together (they bound the
+    error on the time)."""
+    polls = 0
+    while True:
+        reached = int(scrape(b.admin_port)["amps_journal_last_txid"])
+        polls += 1
+        if reached >= target:
+            return polls
+        elapsed = time.monotonic() - started
+        rest_s = (target - reached) * elapsed / reached if reached > 0 else CATCH_UP_POLL_S
+        time.sleep(min(CATCH_UP_POLL_MAX_S, max(CATCH_UP_POLL_MIN_S, rest_s / 2)))
+
+
+def catch_up(messages: int) -> float:
     """b misses `messages` (killed), then restarts while live traffic goes on at
     LIVE_RATE_PER_S on a: how fast it catches up from a, against a's own epoch replay of the
-    same log (raw stream, deliveries counted); and the CPU each side spends per record caught
-    up (user + system), against a's CPU per record replayed."""
+    same log (raw stream, deliveries counted) measured just before and just after (the
+    reference is their mean: on a shared machine it moves within a minute); and the CPU and
+    minor page faults each side spends per record caught up, against a's per record replayed.
+    Returns the ratio."""
     with pair(sync=False) as running:
         a, b = running["a"], running["b"]
         b.kill()
         rate_in = publish_rate(a.address, messages, "fill")
+        filled = int(scrape(a.admin_port)["amps_journal_last_txid"])
+        before = _replay(a, filled)
         target = int(scrape(a.admin_port)["amps_journal_last_txid"])
         with _LiveTraffic(a.address, LIVE_RATE_PER_S) as live:
             restart_started = time.monotonic()
             b.restart(kill=True)
             started = time.monotonic()  # b is up: from here on it is catching up
             cpu_a, cpu_b = cpu_times_s(a), cpu_times_s(b)
+            faults_a, faults_b = minor_faults(a), minor_faults(b)
             restart_s = started - restart_started
-            # Polled every CATCH_UP_POLL_S: answering /metrics costs b CPU (every 20 ms it was
-            # ~9 % of b's samples), and the poll's granularity bounds the error on the time.
-            while int(scrape(b.admin_port)["amps_journal_last_txid"]) < target:
-                time.sleep(CATCH_UP_POLL_S)
+            polls = _wait_caught_up(b, target, started)
             catch_up_s = time.monotonic() - started
             cpu_a_after, cpu_b_after = cpu_times_s(a), cpu_times_s(b)
-        cpu_replay = cpu_times_s(a)
-        count, replay_s = asyncio.run(_replay_raw(a.address, target))
-        cpu_replay_after = cpu_times_s(a)
-        print(
-            f"catch-up of {target:,} messages: {target / catch_up_s:,.0f} msg/s "
-            f"(from b's ready line; its restart took {restart_s:.1f} s; live traffic on a at "
-            f"{LIVE_RATE_PER_S:,} msg/s meanwhile, {live.sent:,} sent) vs a's epoch replay "
-            f"{count / replay_s:,.0f} msg/s: "
-            f"{(target / catch_up_s) / (count / replay_s):.2f}x (filled at {rate_in:,.0f} msg/s); "
-            f"CPU per record caught up: a {_per_record_us(cpu_a, cpu_a_after, target)} + "
-            f"b {_per_record_us(cpu_b, cpu_b_after, target)} (b polled for its txid every "
-            f"{CATCH_UP_POLL_S * 1000:.0f} ms) vs a's epoch replay "
-            f"{_per_record_us(cpu_replay, cpu_replay_after, count)}",
-            flush=True,
-        )
+            faults_a_after, faults_b_after = minor_faults(a), minor_faults(b)
+        after = _replay(a, filled)
+    rate = target / catch_up_s
+    reference = (before[0] + after[0]) / 2
+    print(
+        f"catch-up of {target:,} messages: {rate:,.0f} msg/s "
+        f"(from b's ready line; its restart took {restart_s:.1f} s; live traffic on a at "
+        f"{LIVE_RATE_PER_S:,} msg/s meanwhile, {live.sent:,} sent) vs a's epoch replay "
+        f"{reference:,.0f} msg/s (mean of {before[0]:,.0f} before and {after[0]:,.0f} after): "
+        f"{rate / reference:.2f}x (filled at {rate_in:,.0f} msg/s)\n"
+        f"  CPU per record caught up: a {_per_record_us(cpu_a, cpu_a_after, target)} + "
+        f"b {_per_record_us(cpu_b, cpu_b_after, target)} (b polled for its txid {polls} "
+        f"times) vs a's epoch replay {before[1]:.1f} us before, "
+        f"{after[1]:.1f} us after\n"
+        f"  minor page faults per record: a {(faults_a_after - faults_a) / target:.3f}, "
+        f"b {(faults_b_after - faults_b) / target:.3f}; a's epoch replay {before[2]:.3f} "
+        f"before, {after[2]:.3f} after",
+        flush=True,
+    )
+    return rate / reference
 
 
 def link_costs(count: int) -> None:
@@ -606,11 +653,18 @@ def main() -> None:
             persisted_ack_latency(seconds)
         if "lag" in only:
             replication_lag(max(messages // 2, LAG_RATE_PER_S))
+    ratios: list[float] = []
     for _ in range(args.rounds):
         if "catch-up" in only:
-            catch_up(missed)
+            ratios.append(catch_up(missed))
         if "costs" in only:
             link_costs(messages)
+    if len(ratios) > 1:
+        print(
+            f"catch-up over {len(ratios)} rounds: median {statistics.median(ratios):.2f}x of "
+            f"the epoch replay (each round: {', '.join(f'{r:.2f}x' for r in ratios)})",
+            flush=True,
+        )
     if "peer" in only:
         peer_comparison(messages)
 
