@@ -413,9 +413,11 @@ class Journal:
             for k, frame in enumerate(out):
                 head = heads[indices[k]]
                 self._buffer_frame(frame, first_txid + k, timestamps[k], head[6], head[7])
-        advance = self.marks.advance
-        for publisher_id, (_low, high) in seq_ranges.items():
-            advance(publisher_id, high)
+        advance = self.marks.advance  # per record: a seq below the mark may fill a gap (L4)
+        heads = frames.heads
+        for index in indices:
+            head = heads[index]
+            advance(head[6], head[7])
         return ReceivedRun(frames, indices, first_txid, timestamps)
 
     def _buffer_run(

@@ -83,14 +83,17 @@ def test_a_logon_reports_the_last_seq_the_log_holds_from_that_client() -> None:
 
 
 def test_a_seq_at_or_below_the_high_water_mark_is_a_duplicate() -> None:
-    """L4: discarded (None), counted; the mark does not move back."""
+    """L4: discarded (None), counted; the mark does not move back. A seq skipped below the
+    mark (a gap: never held here) is taken once."""
     core = _core()
     assert core.sequence(7, 1, "pub") == (7, 1)
     assert core.sequence(7, 3, "pub") == (7, 3)
     assert core.sequence(7, 3, "pub") is None
+    assert core.sequence(7, 1, "pub") is None
+    assert core.sequence(7, 2, "pub") == (7, 2)
     assert core.sequence(7, 2, "pub") is None
     assert core.marks.high_water(7) == 3
-    assert core.statistics().duplicates == 2
+    assert core.statistics().duplicates == 3
 
 
 def test_a_publish_without_seq_is_numbered_under_an_identity_of_its_own() -> None:
@@ -189,9 +192,8 @@ class PublishingMachine(RuleBasedStateMachine):
         self.acked: dict[str, int] = dict.fromkeys(CONNECTIONS, 0)
 
     def _publish(self, publisher_id: int, seq: int) -> None:
-        high = max(self.appended[publisher_id], default=0)
         sequenced = self.core.sequence(publisher_id, seq, "pub")
-        assert (sequenced is None) == (seq <= high)  # L4
+        assert (sequenced is None) == (seq in self.appended[publisher_id])  # L4, with gaps
         if sequenced is not None:
             self.appended[publisher_id].append(seq)
             self.txid += 1
@@ -212,11 +214,10 @@ class PublishingMachine(RuleBasedStateMachine):
         batch = [_replicated(publisher_id, s) for s in seqs]
         before = list(self.appended[publisher_id])
         kept = self.core.admit_replicated(batch)
-        expected, high = [], max(before, default=0)
-        for seq in seqs:
-            if seq > high:
+        expected: list[int] = []
+        for seq in seqs:  # L4 with gaps: exactly the seqs not held yet (far below GAP_LIMIT)
+            if seq not in before and seq not in expected:
                 expected.append(seq)
-                high = seq
         assert [r.seq for r in kept] == expected
         self.appended[publisher_id].extend(expected)
         self.txid += len(kept)
@@ -269,3 +270,21 @@ def test_discarded_replicated_publishes_are_handed_back_for_their_origins() -> N
     heads = [(0, 0, 0, 0, 0, 0, 7, 2), (0, 0, 0, 0, 0, 0, 7, 3), (0, 0, 0, 0, 0, 0, 7, 1)]
     assert core.admit_received(heads, indices) == [1]
     assert indices == [0, 2]
+
+
+def test_an_earlier_seq_replicated_after_a_later_one_is_admitted_once() -> None:
+    """L4 under chained failover (issue 8, make sim FAILOVER=1 SEED=2174): the publisher's seq 1
+    was logged on i2, which crashed; it failed over to i0 (seq 2, not persisted: i0 crashed)
+    and then to i1, where it republished seq 2. i1 never held seq 1: when it arrives, by
+    replication from i0 or i2, it is not a duplicate, and a second copy of it is."""
+    i1 = _core()
+    assert i1.sequence(102, 2, "pub") == (102, 2)  # the republish after the second failover
+    from_i0 = [_replicated(102, 1), _replicated(102, 2)]
+    assert i1.admit_replicated(from_i0) == [from_i0[0]]
+    assert i1.admit_replicated([_replicated(102, 1)]) == []  # the copy from i2
+    assert i1.sequence(102, 1, "pub") is None
+    assert i1.statistics().duplicates == 3
+    heads = [(0, 0, 0, 0, 0, 0, 103, 3), (0, 0, 0, 0, 0, 0, 103, 1), (0, 0, 0, 0, 0, 0, 103, 1)]
+    assert i1.admit_received(heads) == [0, 1]  # the same through the received-frames path
+    assert i1.sequence(103, 2, "pub") == (103, 2)  # the client's republish of the other gap
+    assert i1.sequence(103, 2, "pub") is None

@@ -7,16 +7,17 @@ from array import array
 import pytest
 
 from amps.errors import CorruptRecord
-from amps.log.dedup import PublisherMarks
+from amps.log.dedup import GAP_LIMIT, PublisherMarks
 from amps.log.recovery import CommitMarker, TailScan, check_sealed, plan_recovery
 from amps.log.segments import SegmentBuilder, SegmentSummary, decode_summary, encode_summary
 
 
 def test_duplicates_are_at_or_below_the_high_water_mark() -> None:
-    """L4: equal or lower sequence numbers are duplicates; nothing else is."""
+    """L4: equal or lower sequence numbers are duplicates (no gaps here); nothing else is."""
     marks = PublisherMarks()
     assert not marks.is_duplicate(1, 1)
-    marks.advance(1, 5)
+    for seq in range(1, 6):
+        marks.advance(1, seq)
     assert marks.is_duplicate(1, 5)
     assert marks.is_duplicate(1, 2)
     assert not marks.is_duplicate(1, 6)
@@ -147,3 +148,38 @@ def test_sidecar_round_trip_and_damage() -> None:
     flipped[20] ^= 1
     assert decode_summary(bytes(flipped)) is None
     assert summary.index_offsets == array("Q", [0, 66_000])
+
+
+def test_a_seq_skipped_below_the_mark_is_a_gap_taken_once() -> None:
+    """L4: a sequence number skipped below the mark is not held, so it is not a duplicate until
+    it arrives; a mark raised without gaps (removed segments' marks) says all below is held."""
+    marks = PublisherMarks()
+    assert marks.claim(1, 4)
+    assert marks.gaps(1) == (1, 2, 3)
+    assert not marks.is_duplicate(1, 2)
+    assert marks.claim(1, 2)
+    assert marks.is_duplicate(1, 2)
+    assert not marks.claim(1, 2)
+    marks.advance(1, 3)  # the journal's append of a seq the core claimed: the gap is filled
+    assert marks.gaps(1) == (1,)
+    assert marks.high_water(1) == 4
+    marks.merge(PublisherMarks([(1, 9), (2, 5)]))
+    assert marks.gaps(1) == (1,) and marks.gaps(2) == ()
+    assert marks.is_duplicate(1, 7) and marks.is_duplicate(2, 3)
+    clone = marks.copy()
+    assert clone == marks
+    assert clone.claim(1, 1) and clone != marks and not marks.is_duplicate(1, 1)
+
+
+def test_gaps_are_capped_per_publisher_and_the_forgotten_counted() -> None:
+    """Past GAP_LIMIT the lowest gaps are forgotten (duplicates again, as under a plain mark)."""
+    marks = PublisherMarks()
+    marks.advance(1, GAP_LIMIT + 11)  # 1 .. GAP_LIMIT + 10 skipped
+    assert marks.forgotten_gaps == 10
+    assert marks.gaps(1)[0] == 11 and len(marks.gaps(1)) == GAP_LIMIT
+    assert marks.is_duplicate(1, 10) and not marks.is_duplicate(1, 11)
+    marks.advance(1, GAP_LIMIT + 13)  # one more gap: the lowest goes
+    assert marks.forgotten_gaps == 11
+    assert marks.gaps(1)[0] == 12 and marks.gaps(1)[-1] == GAP_LIMIT + 12
+    marks.set_gaps(1, [0, 5, 5, GAP_LIMIT + 13, GAP_LIMIT + 14])
+    assert marks.gaps(1) == (5,)  # recovery keeps only those below the mark
