@@ -60,13 +60,13 @@ test: $(VENV)/.installed-dev
 test-fast: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -m "not spark" tests
 
-# The seeded cluster simulation (tests/simulation/): SEEDS=n runs seeds 0..n-1, SEED=n replays one
+# The seeded cluster simulation (tests/simulation/): SEEDS=n runs n seeds from FIRST (0), SEED=n replays one
 # seed with its transcript, PROXIED=1 runs with proxied transfer on one survivor, INSTANCES=n
 # simulates n instances (3 by default), TOPOLOGY=line joins them in a line (mesh by default),
 # FAILOVER=1 lets publishers fail over across sync destinations (the CI seeds do, issue 9).
 SEEDS ?= 1000
 sim: $(VENV)/.installed-dev
-	$(PY) -m tests.simulation.cluster_sim $(if $(SEED),--seed $(SEED) -v,--seeds $(SEEDS)) $(if $(PROXIED),--proxied,) \
+	$(PY) -m tests.simulation.cluster_sim $(if $(SEED),--seed $(SEED) -v,--seeds $(SEEDS) $(if $(FIRST),--first $(FIRST),)) $(if $(PROXIED),--proxied,) \
 		$(if $(INSTANCES),--instances $(INSTANCES),) $(if $(TOPOLOGY),--topology $(TOPOLOGY),) \
 		$(if $(FAILOVER),--failover,)
 

@@ -29,6 +29,7 @@ release) or with a dead letter, once in the cluster, or on every instance for a 
 copy or a barrier.
 
     python -m tests.simulation.cluster_sim --seeds 1000      (make sim SEEDS=1000)
+    python -m tests.simulation.cluster_sim --first 2000 --seeds 1000   (make sim FIRST=2000)
     python -m tests.simulation.cluster_sim --seed 123 -v     (make sim SEED=123)
 """
 
@@ -345,6 +346,7 @@ class Cluster:
                 self.set_proxied(name, on=False)  # the runbook: off once the owner is back
         self.heal_all()
         self.settle()
+        self.check_held()
         self.check_agreement()
         for instance in self.instances.values():
             for queue in instance.queues.values():
@@ -569,7 +571,7 @@ class Cluster:
             publisher.lost.sort()
         self.note(f"crash {instance.name} (durable through txid {lost_from})")
         for key in self.persisted:  # only a crash can lose a record
-            if not any(i.disk.marks.is_duplicate(*key) for i in self.instances.values()):
+            if not any(i.disk.holds_publish(key) for i in self.instances.values()):
                 self.fail(f"persisted message {key} is in no instance's log (lost)")
 
     def restart(self, instance: Instance) -> None:
@@ -621,9 +623,10 @@ class Cluster:
             return
         key = (publisher.publisher_id, seq)
         if target.disk.marks.is_duplicate(*key):
+            self.check_discard(target, key)
             self.persisted.append(key)  # L4: already held here, acknowledged as persisted
             return
-        if any(i.disk.marks.is_duplicate(*key) for i in self.instances.values()):
+        if any(i.disk.holds_publish(key) for i in self.instances.values()):
             self.republished_keys.add(key)  # a second copy, logged elsewhere too (issue 9)
         topic, data = publisher.messages[seq]
         now_ms = self.clock(target)
@@ -752,7 +755,14 @@ class Cluster:
             if stamped is not None:
                 self.perform(instance, instance.applied(stamped, now_ms, local=False))
             elif isinstance(record, PublishRecord):  # a republished copy's origin (issue 9)
+                self.check_discard(instance, (record.publisher_id, record.seq))
                 self.perform(instance, instance.republished(record, now_ms))
+
+    def check_discard(self, instance: Instance, key: MessageKey) -> None:
+        """L4: a publish is discarded as a duplicate only where the log holds it (gaps: a seq
+        replicated after a later one is not a duplicate; make sim FAILOVER=1 SEED=2174)."""
+        if not instance.disk.holds_publish(key):
+            self.fail(f"{instance.name} discarded {key} as a duplicate without holding it (L4)")
 
     def route_request(self, instance: Instance, request: RequestFrame, came_from: str) -> None:
         """R4, R9: the link's own routing (`route_request`): to the owner when it is a ready
@@ -899,6 +909,14 @@ class Cluster:
                     why = f"joined by a path for {joined_ms} ms (R7: an alive owner bypassed)"
                     self.fail(f"{a} takes {b} for unreachable, {why}")
 
+    def check_held(self) -> None:
+        """After the heal: every publish a client was told is persisted is held, exactly once
+        (`SimDisk` refuses a second copy), by every instance (all of them take every topic)."""
+        for key in self.persisted:
+            missing = [n for n, i in self.instances.items() if not i.disk.holds_publish(key)]
+            if missing:
+                self.fail(f"persisted message {key} is not held by {missing} after the heal")
+
     def check_agreement(self) -> None:
         """After the heal: the same unremoved messages with the same owners everywhere, and
         what was acked anywhere is removed everywhere."""
@@ -1004,30 +1022,33 @@ def run_seed(seed: int, options: SimOptions | None = None) -> Cluster:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seed", type=int, help="run this one seed")
-    parser.add_argument("--seeds", type=int, default=1_000, help="run seeds 0..N-1")
+    parser.add_argument("--seeds", type=int, default=1_000, help="run N seeds from --first")
+    parser.add_argument("--first", type=int, default=0, help="the first of --seeds (0)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print the transcript")
     parser.add_argument("--proxied", action="store_true", help="proxied transfer on i0 (R7)")
     parser.add_argument("--instances", type=int, default=3, help="how many instances")
     parser.add_argument("--topology", choices=("mesh", "line"), default="mesh")
     parser.add_argument("--failover", action="store_true", help="publishers fail over")
     args = parser.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else range(args.seeds)
+    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     options = SimOptions(
         instances=args.instances,
         topology=args.topology,
         proxied=args.proxied,
         failover=args.failover,
     )
+    failed = []
     for seed in seeds:
         try:
             cluster = run_seed(seed, options)
         except SimFailure as failure:
             print(f"seed {seed} failed: {failure}", file=sys.stderr)
-            return 1
+            failed.append(seed)
+            continue
         if args.verbose:
             print("\n".join(cluster.transcript))
-    print(f"{len(seeds)} seed(s) passed")
-    return 0
+    print(f"{len(seeds) - len(failed)} seed(s) passed, {len(failed)} failed {failed or ''}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

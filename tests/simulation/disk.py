@@ -3,9 +3,11 @@
 Appends are buffered until `sync` (the fsync of a group commit); `crash` keeps only what was
 synced, as a power cut would. Records carry their origin (instance, group, txid there) like
 the journal's, and a replicated record is appended under a local txid only once: a publish is
-de-duplicated by publisher marks (L4), any other record by its origin identity, so a record
-that reaches an instance on two paths is neither applied nor forwarded twice (R9). The links
-read it through `replication.link_core.LogView`.
+de-duplicated by publisher marks (L4, with their gaps: a seq replicated after a later one is
+still taken), any other record by its origin identity, so a record that reaches an instance on
+two paths is neither applied nor forwarded twice (R9). Apart from the marks, the disk knows
+exactly which publishes it holds (`holds_publish`), so the checks test holding itself, not the
+marks' opinion of it. The links read it through `replication.link_core.LogView`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class SimDisk:
         self.durable = 0
         self.marks = PublisherMarks()
         self._held: set[tuple[str, int]] = set()  # (origin, origin txid) of every record
+        self._publishes: dict[tuple[int, int], int] = {}  # (publisher id, seq) -> local txid
 
     # -- LogView --------------------------------------------------------------------------
 
@@ -68,6 +71,7 @@ class SimDisk:
         return stamped
 
     def holds(self, record: Record) -> bool:
+        """The append path's decision: a publish by the marks (L4), any other by origin."""
         if isinstance(record, PublishRecord):
             return self.marks.is_duplicate(record.publisher_id, record.seq)
         return (record.origin_instance, record.origin_txid) in self._held
@@ -76,25 +80,31 @@ class SimDisk:
         self.records.append(record)
         self._held.add((record.origin_instance, record.origin_txid))
         if isinstance(record, PublishRecord):
-            self.marks.advance(record.publisher_id, record.seq)
+            key = (record.publisher_id, record.seq)
+            assert key not in self._publishes, f"{self.instance} logs publish {key} twice"
+            self._publishes[key] = record.txid
+            self.marks.advance(*key)
+
+    def holds_publish(self, key: tuple[int, int]) -> bool:
+        """Whether the log holds a publish of this (publisher id, seq): exactly, not by marks."""
+        return key in self._publishes
 
     def holds_durably(self, key: tuple[int, int]) -> bool:
         """Whether a publish of this (publisher id, seq) is in the durable part of the log."""
-        return any(
-            isinstance(r, PublishRecord) and (r.publisher_id, r.seq) == key
-            for r in self.records[: self.durable]
-        )
+        txid = self._publishes.get(key)
+        return txid is not None and txid <= self.durable
 
     def sync(self) -> None:
         """fsync: everything appended so far survives a crash."""
         self.durable = self.last_txid
 
     def crash(self) -> None:
-        """Lose what was not synced; rebuild the de-duplication marks from what is left."""
-        del self.records[self.durable :]
+        """Lose what was not synced; rebuild the de-duplication marks (and their gaps) from
+        what is left, in log order, as the journal's recovery does."""
+        records = self.records[: self.durable]
+        self.records = []
         self.marks = PublisherMarks()
         self._held.clear()
-        for record in self.records:
-            self._held.add((record.origin_instance, record.origin_txid))
-            if isinstance(record, PublishRecord):
-                self.marks.advance(record.publisher_id, record.seq)
+        self._publishes.clear()
+        for record in records:
+            self._hold(record)
