@@ -98,6 +98,8 @@ class InstanceSnapshot:
     subscriptions: int
     record_cache_misses: int = 0
     damaged_records: int = 0
+    dedup_gaps: int = 0
+    dedup_gaps_forgotten: int = 0
     queues: tuple[QueueSnapshot, ...] = field(default=())
     client_queued_bytes: int = 0
     client_queued_bytes_largest: int = 0
@@ -237,6 +239,26 @@ INSTANCE_METRICS: tuple[tuple[MetricSpec, InstanceReader], ...] = (
             "amps_duplicates_discarded", "counter", "Publishes discarded as duplicates (L4)", NODE
         ),
         lambda s: s.duplicates,
+    ),
+    (
+        MetricSpec(
+            "amps_dedup_gaps",
+            "gauge",
+            "Sequence numbers below a publisher's high-water mark that this log does not hold "
+            "and would still take (L4 gaps)",
+            NODE,
+        ),
+        lambda s: s.dedup_gaps,
+    ),
+    (
+        MetricSpec(
+            "amps_dedup_gaps_forgotten",
+            "counter",
+            "Sequence numbers skipped below a publisher's mark past its 1,024-gap limit, since "
+            "start: one arriving later is discarded as a duplicate (L4)",
+            NODE,
+        ),
+        lambda s: s.dedup_gaps_forgotten,
     ),
     (
         MetricSpec(

@@ -7,8 +7,10 @@ Rule 2 (L5): a publish without a sequence number is numbered by the instance, af
   number seen, under a publisher id derived from the client name and the instance name, so it
   can never clash with the client's own numbering.
 Rule 3 (L4): a (publisher, seq) at or below that publisher's high-water mark is a duplicate:
-  not appended, still acknowledged. Local publishes and replicated ones meet the same marks, so
-  a client that fails over and republishes adds nothing.
+  not appended, still acknowledged, unless it is one of the publisher's gaps (a seq skipped
+  below the mark that the log does not hold: replication brought a later one first, as after
+  a chained failover; amps.log.dedup): that one is taken, once. Local publishes and replicated
+  ones meet the same marks, so a client that fails over and republishes adds nothing.
 Rule 4 (L3, L2): a connection is owed a persisted ack for the highest sequence number of every
   frame whose records are durable here and held by every sync (not downgraded) destination;
   one ack covers everything before it, and an ack never goes backwards.
@@ -65,6 +67,8 @@ class PublishingStatistics:
 
     duplicates: int
     persisted_acks: int
+    gaps: int  # L4 gaps held now (amps.log.dedup)
+    gaps_forgotten: int  # past GAP_LIMIT, since start
     connections_owed_acks: int
     client_names: int
 
@@ -249,6 +253,8 @@ class PublishingCore(Generic[Connection]):
         return PublishingStatistics(
             duplicates=self._duplicates,
             persisted_acks=self._persisted_acks,
+            gaps=self.marks.gap_count(),
+            gaps_forgotten=self.marks.forgotten_gaps,
             connections_owed_acks=len(self._waiting),
             client_names=len(self._names),
         )

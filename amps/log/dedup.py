@@ -97,6 +97,10 @@ class PublisherMarks:
         """The gaps of `publisher_id`, ascending."""
         return tuple(self._gaps.get(publisher_id, ()))
 
+    def gap_count(self) -> int:
+        """How many gaps all publishers have."""
+        return sum(map(len, self._gaps.values()))
+
     def gap_items(self) -> Iterator[tuple[int, array[int]]]:
         """(publisher id, its gaps ascending) of every publisher with gaps (do not mutate)."""
         return iter(self._gaps.items())

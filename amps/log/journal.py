@@ -41,7 +41,7 @@ from amps.log.segment_files import (
     remove_file,
     remove_segment_files,
 )
-from amps.log.segments import SegmentBuilder, SegmentSummary, segment_name
+from amps.log.segments import SegmentBuilder, SegmentSummary, segment_name, take_summary
 from amps.log.storage import (
     Rotate,
     SegmentWriter,
@@ -254,37 +254,46 @@ class Journal:
         sealed: list[tuple[str, SegmentSummary]] = []
         tail: TailScan | None = None
         tail_builder: SegmentBuilder | None = None
+        # The publisher marks with their gaps (L4), in log order: a summary raises the marks
+        # and brings the gaps as of its end; a scanned segment advances them record by record.
+        self.retired_marks = read_marks(self.directory)
+        marks = self.retired_marks.copy()
         for i, (first, path) in enumerate(named):
             if first in self._compressed:
                 sealed.append((path.name, compressed_summary(path, first)))
+                take_summary(marks, sealed[-1][1])
                 continue
             size = path.stat().st_size
             summary = load_summary(path.parent, first, size)
             if summary is not None:
                 sealed.append((path.name, summary))
+                take_summary(marks, summary)
                 continue
             if i == len(named) - 1:
-                start = load_checkpoint(self.directory, first, size)
-                tail, tail_builder = scan_segment(path, first, start)
+                start = load_checkpoint(self.directory, first, size, marks)
+                tail, tail_builder = scan_segment(
+                    path, first, start or SegmentBuilder(first, marks)
+                )
                 break
-            scan, _builder = scan_segment(path, first)
+            scan, _builder = scan_segment(path, first, SegmentBuilder(first, marks))
             check_sealed(scan)
             sealed.append((path.name, scan.summary))
             if not self.read_only:
                 write_summary(path.parent, scan.summary)
         plan = plan_recovery(sealed, tail, read_only=self.read_only)
-        self.retired_marks = read_marks(self.directory)
         plan.marks.merge(self.retired_marks)
+        marks.merge(self.retired_marks)  # the segments before them were removed: no gaps there
+        assert dict(marks.items()) == dict(plan.marks.items())
         if plan.truncate_to_bytes is not None and tail is not None and not self.read_only:
             self._truncate(self.directory / tail.name, plan.truncate_to_bytes)
         self.recovery_note = plan.cut_reason
-        self.marks = plan.marks
+        self.marks = marks.copy()  # the builder's own stay exact; these run ahead (claims)
         self.first_txid = plan.first_txid
         self._next_txid = plan.next_txid
         self._durable_txid = plan.next_txid - 1
         self._last_timestamp_us = plan.last_timestamp_us
         self._sealed = [summary for _name, summary in sealed]
-        self._active = tail_builder or SegmentBuilder(plan.next_txid)
+        self._active = tail_builder or SegmentBuilder(plan.next_txid, marks)
         if not self.read_only and self._active.size_bytes == 0:
             self._active.add_control(codec.CONTROL_FRAME_BYTES)  # the writer opens it so
         self._checkpoint_at_bytes = self._active.size_bytes + CHECKPOINT_EVERY_BYTES
@@ -403,21 +412,24 @@ class Journal:
         if not out:
             return ReceivedRun(frames, indices, first_txid, timestamps)
         active = self._active
+        heads = frames.heads
+        # Per record, in order: a seq below a mark may fill a gap (L4). The segment builder's
+        # marks too when the run bypasses its per-frame `add`.
+        advances = [self.marks.advance]
         if (
             not active.size_bytes
             or active.size_bytes + sum(map(len, out)) <= self.segment_size_bytes
         ):
             self._buffer_run(out, first_txid, timestamps, seq_ranges)
+            advances.append(active.marks.advance)
         else:  # the run crosses into a new segment (once per segment): frame by frame
-            heads = frames.heads
             for k, frame in enumerate(out):
                 head = heads[indices[k]]
                 self._buffer_frame(frame, first_txid + k, timestamps[k], head[6], head[7])
-        advance = self.marks.advance  # per record: a seq below the mark may fill a gap (L4)
-        heads = frames.heads
-        for index in indices:
-            head = heads[index]
-            advance(head[6], head[7])
+        for advance in advances:
+            for index in indices:
+                head = heads[index]
+                advance(head[6], head[7])
         return ReceivedRun(frames, indices, first_txid, timestamps)
 
     def _buffer_run(
@@ -471,7 +483,7 @@ class Journal:
             sealed = active.summary()
             self._sealed.append(sealed)
             self._pending.append(Rotate(sealed, txid))
-            active = self._active = SegmentBuilder(txid)
+            active = self._active = SegmentBuilder(txid, active.marks)
             active.add_control(codec.CONTROL_FRAME_BYTES)  # the writer opens it with a header
             # Counted from the new segment's start: the old segment's threshold would leave it
             # without a checkpoint until it is as large, and every reopen scanning all of it.

@@ -122,7 +122,8 @@ def _by_bookmark(journal: Journal, publisher_id: int, seq: int) -> int | None:
         for txid, _ts, pub, found_seq in _keys(journal, segment, 0):
             if pub == publisher_id and found_seq == seq:
                 return txid + 1
-        return None
+        # Not here: a gap filled later (amps.log.dedup) widened a newer segment's range over
+        # numbers an older segment holds, so look on.
     if seq <= journal.retired_marks.high_water(publisher_id):
         # Its segment was removed by the journal lifecycle: resume at the oldest record kept.
         return journal.first_txid

@@ -1,8 +1,12 @@
 """Segment summaries: what recovery and lookups need to know about a segment without reading it.
 
 [core] A summary holds the txid and timestamp range, the record count, the size, each
-publisher's sequence range, and a sparse index (txid, offset, timestamp) every ~64 KiB. It is
-stored next to a sealed segment as a sidecar file with its own CRC32C.
+publisher's sequence range, a sparse index (txid, offset, timestamp) every ~64 KiB, and the
+publishers' de-duplication gaps as of its last record (amps.log.dedup: sequence numbers skipped
+below a publisher's mark that the log does not hold, over the whole log, not this segment
+alone), so recovery rebuilds them from the newest summary and what follows it. It is stored
+next to a sealed segment as a sidecar file with its own CRC32C. Sidecar format 2 (`AMPSSUM2`)
+adds the gaps; format 1 (`AMPSSUM1`, before gaps were kept) still reads, as "gaps unknown".
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 import google_crc32c
+
+from amps.log.dedup import PublisherMarks
 
 __all__ = [
     "INDEX_EVERY_BYTES",
@@ -29,7 +35,9 @@ __all__ = [
 ]
 
 INDEX_EVERY_BYTES = 64 * 1024
-_SIDE_MAGIC = b"AMPSSUM1"
+_SIDE_MAGIC_1 = b"AMPSSUM1"  # without gaps
+_SIDE_MAGIC = b"AMPSSUM2"  # header, publishers, index, gaps (u64 count, then per publisher
+# u64 id, u64 n, n u64 seqs), CRC32C
 _SIDE_HEADER = struct.Struct("<8sQQQQQQII")
 _NAME_RE = re.compile(r"(\d{20})\.journal")
 
@@ -68,6 +76,9 @@ class SegmentSummary:
     index_txids: array[int] = field(default_factory=lambda: array("Q"))
     index_offsets: array[int] = field(default_factory=lambda: array("Q"))
     index_timestamps_us: array[int] = field(default_factory=lambda: array("Q"))
+    # publisher_id -> its gaps, ascending, over the log through last_txid; None: not known (a
+    # format 1 sidecar)
+    gaps: dict[int, array[int]] | None = None
 
     def __post_init__(self) -> None:
         assert self.last_txid - self.first_txid + 1 == self.record_count, self
@@ -92,10 +103,14 @@ class SegmentBuilder:
         "first_txid",
         "last_timestamp_us",
         "last_txid",
+        "marks",
         "size_bytes",
     )
 
-    def __init__(self, first_txid: int) -> None:
+    def __init__(self, first_txid: int, marks: PublisherMarks | None = None) -> None:
+        """`marks`: the log's publisher marks through first_txid - 1, advanced by every publish
+        added here (in log order, so their gaps are exact: the journal's own marks run ahead
+        by what the publishing core claimed and the journal has not appended yet)."""
         assert first_txid >= 1
         self.first_txid = first_txid
         self.last_txid = first_txid - 1
@@ -108,11 +123,16 @@ class SegmentBuilder:
         self._index_offsets: array[int] = array("Q")
         self._index_timestamps_us: array[int] = array("Q")
         self._next_index_offset = 0
+        self.marks = marks if marks is not None else PublisherMarks()
 
     @classmethod
-    def from_summary(cls, summary: SegmentSummary) -> SegmentBuilder:
-        """A builder that continues after the records `summary` describes."""
-        builder = cls(summary.first_txid)
+    def from_summary(
+        cls, summary: SegmentSummary, marks: PublisherMarks | None = None
+    ) -> SegmentBuilder:
+        """A builder that continues after the records `summary` describes; `marks` (those
+        through the previous segment) take its ranges and gaps (`take_summary`)."""
+        marks = marks if marks is not None else PublisherMarks()
+        builder = cls(summary.first_txid, take_summary(marks, summary))
         builder.last_txid = summary.last_txid
         builder.first_timestamp_us = summary.first_timestamp_us
         builder.last_timestamp_us = summary.last_timestamp_us
@@ -146,6 +166,7 @@ class SegmentBuilder:
         self.last_timestamp_us = timestamp_us
         self.size_bytes = offset + frame_size_bytes
         if pub:
+            self.marks.advance(pub, seq)
             last_seq = self._last_seq
             if seq > last_seq.get(pub, 0):
                 last_seq[pub] = seq
@@ -161,7 +182,8 @@ class SegmentBuilder:
         """`add` for consecutive frames at once: frame k has txid last_txid + 1 + k, size
         `sizes[k]` and timestamp `timestamps_us[k]`; `seq_ranges`: publisher -> (lowest,
         highest) seq among them. What `add` does per frame, with a Python step only per index
-        entry (every INDEX_EVERY_BYTES) instead of per frame."""
+        entry (every INDEX_EVERY_BYTES) instead of per frame; the caller advances `marks` by
+        each frame's (publisher, seq), in order."""
         if not sizes:
             return
         first = self.last_txid + 1
@@ -215,12 +237,25 @@ class SegmentBuilder:
     def summary(self) -> SegmentSummary:
         """A snapshot of everything added so far."""
         publishers = {pub: (self._first_seq[pub], top) for pub, top in self._last_seq.items()}
+        gaps = {pub: array("Q", seqs) for pub, seqs in self.marks.gap_items()}
         return SegmentSummary(
             self.first_txid, self.last_txid, self.first_timestamp_us, self.last_timestamp_us,
             self.record_count, self.size_bytes, publishers,
             array("Q", self._index_txids), array("Q", self._index_offsets),
-            array("Q", self._index_timestamps_us),
+            array("Q", self._index_timestamps_us), gaps,
         )  # fmt: skip
+
+
+def take_summary(marks: PublisherMarks, summary: SegmentSummary) -> PublisherMarks:
+    """`marks` (of the log before the segment) moved past the segment `summary` describes:
+    each publisher's mark raised to its range's top, and the gaps the summary's (none when a
+    format 1 summary does not know them: as before gaps were kept). Returns `marks`."""
+    for publisher_id, (_low, high) in summary.publishers.items():
+        marks.raise_mark(publisher_id, high)
+    marks.clear_gaps()
+    for publisher_id, seqs in (summary.gaps or {}).items():
+        marks.set_gaps(publisher_id, seqs)
+    return marks
 
 
 def encode_summary(summary: SegmentSummary) -> bytes:
@@ -233,9 +268,14 @@ def encode_summary(summary: SegmentSummary) -> bytes:
     pubs = array(
         "Q", [v for p, (lo, hi) in sorted(summary.publishers.items()) for v in (p, lo, hi)]
     )
+    gaps = sorted((summary.gaps or {}).items())
+    gap_words = array("Q", [len(gaps)])
+    for publisher_id, seqs in gaps:
+        gap_words.extend((publisher_id, len(seqs)))
+        gap_words.extend(seqs)
     body = b"".join(
         (head, pubs.tobytes(), summary.index_txids.tobytes(), summary.index_offsets.tobytes(),
-         summary.index_timestamps_us.tobytes())
+         summary.index_timestamps_us.tobytes(), gap_words.tobytes())
     )  # fmt: skip
     return body + struct.pack("<I", google_crc32c.value(body))
 
@@ -248,7 +288,11 @@ def decode_summary(data: bytes) -> SegmentSummary | None:
     if google_crc32c.value(body) != crc:
         return None
     magic, first, last, first_ts, last_ts, count, size, npub, nidx = _SIDE_HEADER.unpack_from(body)
-    if magic != _SIDE_MAGIC or len(body) != _SIDE_HEADER.size + 8 * (3 * npub + 3 * nidx):
+    fixed = _SIDE_HEADER.size + 8 * (3 * npub + 3 * nidx)
+    if magic == _SIDE_MAGIC_1:
+        if len(body) != fixed:
+            return None
+    elif magic != _SIDE_MAGIC or len(body) < fixed + 8 or (len(body) - _SIDE_HEADER.size) % 8:
         return None
     if last - first + 1 != count:
         return None
@@ -256,8 +300,27 @@ def decode_summary(data: bytes) -> SegmentSummary | None:
     words.frombytes(body[_SIDE_HEADER.size :])
     pubs = {words[i]: (words[i + 1], words[i + 2]) for i in range(0, 3 * npub, 3)}
     base = 3 * npub
+    gaps = None if magic == _SIDE_MAGIC_1 else _decode_gaps(words, base + 3 * nidx)
+    if magic == _SIDE_MAGIC and gaps is None:
+        return None
     return SegmentSummary(
         first, last, first_ts, last_ts, count, size, pubs,
         words[base : base + nidx], words[base + nidx : base + 2 * nidx],
-        words[base + 2 * nidx : base + 3 * nidx],
+        words[base + 2 * nidx : base + 3 * nidx], gaps,
     )  # fmt: skip
+
+
+def _decode_gaps(words: array[int], at: int) -> dict[int, array[int]] | None:
+    """The gaps section from word `at` to the end; None if it does not fill it exactly."""
+    gaps: dict[int, array[int]] = {}
+    count, at = words[at], at + 1
+    for _ in range(count):
+        if at + 2 > len(words):
+            return None
+        publisher_id, n = words[at], words[at + 1]
+        at += 2
+        if at + n > len(words):
+            return None
+        gaps[publisher_id] = words[at : at + n]
+        at += n
+    return gaps if at == len(words) else None

@@ -18,6 +18,7 @@ import google_crc32c
 
 from amps.errors import CorruptRecord
 from amps.log import codec
+from amps.log.dedup import PublisherMarks
 from amps.log.records import Record, RecordKind
 from amps.log.recovery import CommitMarker, TailScan
 from amps.log.segments import (
@@ -236,12 +237,15 @@ def load_summary(directory: Path, first_txid: int, size_bytes: int) -> SegmentSu
     return summary
 
 
-def load_checkpoint(directory: Path, first_txid: int, size_bytes: int) -> SegmentBuilder | None:
-    """A builder covering the checkpointed prefix of the newest segment, or None."""
+def load_checkpoint(
+    directory: Path, first_txid: int, size_bytes: int, marks: PublisherMarks | None = None
+) -> SegmentBuilder | None:
+    """A builder covering the checkpointed prefix of the newest segment, or None; `marks`
+    (those of the segments before) take the checkpoint's ranges and gaps."""
     summary = _read_summary(directory / checkpoint_name(first_txid))
     if summary is None or summary.size_bytes > size_bytes or summary.first_txid != first_txid:
         return None
-    return SegmentBuilder.from_summary(summary)
+    return SegmentBuilder.from_summary(summary, marks)
 
 
 def _read_summary(path: Path) -> SegmentSummary | None:

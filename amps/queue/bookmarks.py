@@ -3,7 +3,8 @@
 A publisher's sequence numbers increase in log order (L2, L4), so each publisher keeps two
 parallel arrays sorted by seq and a lookup is a bisect (or one subtraction while the
 publisher's newest seqs in this queue have no gaps): 16 bytes per message. A seq that
-arrives out of order (should not happen) falls back to a small dict.
+arrives out of order (rare: a de-duplication gap filled by replication after later seqs,
+amps.log.dedup) falls back to a small dict.
 """
 
 from __future__ import annotations

@@ -164,11 +164,15 @@ def test_a_seq_skipped_below_the_mark_is_a_gap_taken_once() -> None:
     assert marks.gaps(1) == (1,)
     assert marks.high_water(1) == 4
     marks.merge(PublisherMarks([(1, 9), (2, 5)]))
-    assert marks.gaps(1) == (1,) and marks.gaps(2) == ()
-    assert marks.is_duplicate(1, 7) and marks.is_duplicate(2, 3)
+    assert marks.gaps(1) == (1,)
+    assert marks.gaps(2) == ()
+    assert marks.is_duplicate(1, 7)
+    assert marks.is_duplicate(2, 3)
     clone = marks.copy()
     assert clone == marks
-    assert clone.claim(1, 1) and clone != marks and not marks.is_duplicate(1, 1)
+    assert clone.claim(1, 1)
+    assert clone != marks
+    assert not marks.is_duplicate(1, 1)
 
 
 def test_gaps_are_capped_per_publisher_and_the_forgotten_counted() -> None:
@@ -176,10 +180,13 @@ def test_gaps_are_capped_per_publisher_and_the_forgotten_counted() -> None:
     marks = PublisherMarks()
     marks.advance(1, GAP_LIMIT + 11)  # 1 .. GAP_LIMIT + 10 skipped
     assert marks.forgotten_gaps == 10
-    assert marks.gaps(1)[0] == 11 and len(marks.gaps(1)) == GAP_LIMIT
-    assert marks.is_duplicate(1, 10) and not marks.is_duplicate(1, 11)
+    assert marks.gaps(1)[0] == 11
+    assert len(marks.gaps(1)) == GAP_LIMIT
+    assert marks.is_duplicate(1, 10)
+    assert not marks.is_duplicate(1, 11)
     marks.advance(1, GAP_LIMIT + 13)  # one more gap: the lowest goes
     assert marks.forgotten_gaps == 11
-    assert marks.gaps(1)[0] == 12 and marks.gaps(1)[-1] == GAP_LIMIT + 12
+    assert marks.gaps(1)[0] == 12
+    assert marks.gaps(1)[-1] == GAP_LIMIT + 12
     marks.set_gaps(1, [0, 5, 5, GAP_LIMIT + 13, GAP_LIMIT + 14])
     assert marks.gaps(1) == (5,)  # recovery keeps only those below the mark
