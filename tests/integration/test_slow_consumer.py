@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,10 +81,10 @@ async def test_a_subscriber_that_never_reads_is_cut_by_bytes_and_resumes(
         assert metrics[node("amps_client_queued_bytes_client_limit")] == CLIENT_LIMIT_BYTES
         assert metrics[node("amps_client_queued_bytes")] < CLIENT_LIMIT_BYTES // 4
         assert metrics[node("amps_slow_consumer_disconnects_total", limit="instance")] == 0
-        assert any(
-            "'slow'" in line and "slow consumer" in line and "ClientMaxCapacity" in line
-            for line in limited.output
-        ), "".join(limited.output)
+        # The log line is read from the process's output by a thread: awaited, not polled once.
+        line = await asyncio.to_thread(limited.wait_for_output, "ClientMaxCapacity")
+        assert "'slow'" in line, line
+        assert "slow consumer" in line, line
 
         # What the client had been sent before the cut, then the reason as the stream's status.
         read: list[pb.Delivery] = []
