@@ -256,14 +256,23 @@ def _read_summary(path: Path) -> SegmentSummary | None:
 
 
 def write_summary(directory: Path, summary: SegmentSummary, *, checkpoint: bool = False) -> None:
-    """Write a sidecar (or checkpoint) atomically: temporary file, fsync, rename."""
+    """Write a sidecar (or checkpoint) atomically: temporary file, fsync, rename.
+
+    A checkpoint is not fsynced: it is written in a commit after that commit's fsync, before
+    the commit is acknowledged, and a second fsync there (of a new file: ~1.4 ms mean, p99
+    13 ms on a shared disk) held every record of the commit, and those behind it, once per
+    CHECKPOINT_EVERY_BYTES (issue 8: the replication lag's tail). It only describes bytes
+    already durable, and a checkpoint lost or torn by a power failure is refused on open (its
+    CRC, its size against the segment's), which then scans the segment: a slower start, never
+    a record lost."""
     name = checkpoint_name if checkpoint else summary_name
     final = directory / name(summary.first_txid)
     tmp = final.with_name(final.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         _write_all(fd, encode_summary(summary))
-        os.fsync(fd)
+        if not checkpoint:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, final)
