@@ -17,7 +17,12 @@ same run, as a ratio. Prints; asserts nothing.
    (`replicated_lag`: each publish from its timestamp on A to durable on B) is printed beside,
    and again from a run without subscriber processes: at 5,000 msg/s the five processes of
    the run need about two cores, so each process's CPU per message and the cores busy are
-   printed too (the latency runs print them as well);
+   printed too (the latency runs print them as well). Each batch's stages say where the tail
+   goes (percentiles, `/amps/instance` hops): on a, from its first publish accepted to its
+   commit handed to the journal's writer, the thread's hand-off, writes, fsync, return,
+   dispatch and gRPC taking the batch; on b, from that same instant to the batch read
+   (`arrival`), then the same stages from appended on b to durable there; and both instances'
+   garbage collector pauses and page faults;
 4. catch-up of an instance that missed N messages, against the origin's own epoch replay;
 5. per record, in-process: what a link costs on each side (read, frame, decode, append), the
    old way (records encoded again, appended one at a time) beside the frames-as-logged way;
@@ -207,6 +212,7 @@ class Observed:
         self.instances = instances
         self.before = {n: (instance_hops(i), scrape(i.admin_port)) for n, i in instances.items()}
         self.cpu_before = {n: cpu_times_s(i) for n, i in instances.items()}
+        self.faults_before = {n: minor_faults(i) for n, i in instances.items()}
         self.clients_before = _clients_cpu_s()
         self.started = time.monotonic()
 
@@ -227,7 +233,11 @@ class Observed:
                 if hops_after.get(n, {}).get("count", 0) > hops_before.get(n, {}).get("count", 0)
             )
             hops = hop_means(hops_before, hops_after, names)
-            parts.append(f"{name}: CPU {cpu} per message, fsync {fsync:.2f} ms, {hops}")
+            faults = (minor_faults(instance) - self.faults_before[name]) / messages
+            parts.append(
+                f"{name}: CPU {cpu} per message, {faults:.2f} page faults per message, "
+                f"fsync {fsync:.2f} ms, {hops}"
+            )
         clients = _per_record_us(self.clients_before, _clients_cpu_s(), messages)
         parts.append(f"clients (publisher and subscribers): CPU {clients} per message")
         parts.append(
@@ -776,15 +786,25 @@ def replication_lag(messages: int) -> None:
         on_a, on_b = asyncio.run(_lag(a.address, [a.address, b.address], messages))
         wait_replicated(a, b)
         pair_hops = observed.report(messages)
-        held = replicated_lag_ms(observed.before["b"][0], instance_hops(b))
+        b_hops = instance_hops(b)
+        held = replicated_lag_ms(observed.before["b"][0], b_hops)
+        stages = stages_ms(observed.before["b"][0], b_hops, "replicated_stages")
+        sent = stages_ms(observed.before["a"][0], instance_hops(a), "replicated_send_stages")
+        pauses = {
+            n: gc_pauses_ms(observed.before[n][0], instance_hops(i))
+            for n, i in (("a", a), ("b", b))
+        }
         # The same without subscriber processes: b's own figure, with only a, b and the
         # publisher on the machine's cores.
-        before = instance_hops(b)
+        before, a_before = instance_hops(b), instance_hops(a)
         lean_observed = Observed(a=a, b=b)
         asyncio.run(_lag(a.address, [], messages))
         wait_replicated(a, b)
         lean_hops = lean_observed.report(messages)
-        lean = replicated_lag_ms(before, instance_hops(b))
+        lean_after = instance_hops(b)
+        lean = replicated_lag_ms(before, lean_after)
+        lean_stages = stages_ms(before, lean_after, "replicated_stages")
+        lean_sent = stages_ms(a_before, instance_hops(a), "replicated_send_stages")
     added = sorted(on_b[i] - on_a[i] for i in on_b if i in on_a)
 
     def ms(values: list[float]) -> str:
@@ -806,8 +826,14 @@ def replication_lag(messages: int) -> None:
         f"{ms(added)}\n"
         f"  b's own figure, each publish accepted on a (its timestamp) -> durable on b "
         f"(hops replicated_lag, to ~4.4 %): {held}\n"
+        f"  a's stages per batch, from its first publish accepted on a (ms): {sent}\n"
+        f"  b's stages per batch (ms; arrival: its first publish accepted on a -> read on b): "
+        f"{stages}\n"
+        f"  garbage collector pauses (ms): "
+        f"{'; '.join(f'{n}: {p}' for n, p in pauses.items())}\n"
         f"  {alone_hops}\n  {pair_hops}\n"
         f"  again without subscribers (a, b and the publisher only), b's own figure: {lean}\n"
+        f"  a's stages: {lean_sent}\n  b's stages: {lean_stages}\n"
         f"  {lean_hops}",
         flush=True,
     )
@@ -826,11 +852,18 @@ def replicated_lag_ms(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def hop_quantiles(before: dict[str, Any], after: dict[str, Any], name: str, unit: str) -> str:
-    """Percentiles of a histogram hop between two reads of an instance's hops, from its
-    buckets (each read as its upper bound)."""
+    """Percentiles of a histogram hop between two reads of an instance's hops."""
     if "buckets" not in after.get(name, {}):
         return f"- (an instance without the {name} histogram)"
-    old, new = before.get(name, {"buckets": {}, "total_us": 0}), after[name]
+    found = histogram_ms(before.get(name, {"buckets": {}, "total_us": 0}), after[name])
+    return f"{found} {unit}" if found != "-" else found
+
+
+def histogram_ms(
+    old: dict[str, Any], new: dict[str, Any], quantiles: Sequence[float] = (0.5, 0.9, 0.99)
+) -> str:
+    """Percentiles and mean, in ms, of one hops histogram between two reads of it (each
+    percentile read as its bucket's upper bound), and the count."""
     counts = {
         bound: count - old["buckets"].get(bound, 0) for bound, count in new["buckets"].items()
     }
@@ -842,15 +875,38 @@ def hop_quantiles(before: dict[str, Any], after: dict[str, Any], name: str, unit
     if not total:
         return "-"
     found = []
-    for label, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+    for fraction in quantiles:
         seen = 0
         for bound, count in ordered:
             seen += count
             if seen >= fraction * total:
-                found.append(f"{label} {bound / 1000:.1f}")
+                found.append(f"p{fraction * 100:g} {bound / 1000:.1f}")
                 break
     mean = (new["total_us"] - old["total_us"]) / total / 1000
-    return f"{', '.join(found)}, mean {mean:.1f} ms over {total:,} {unit}"
+    return f"{', '.join(found)}, mean {mean:.2f} ms over {total:,}"
+
+
+def stages_ms(before: dict[str, Any], after: dict[str, Any], key: str) -> str:
+    """An instance's `replicated_stages` (a replicated batch's time on its receiver, stage by
+    stage; `arrival` from its first record's timestamp at its origin) or `replicated_send_stages`
+    (on its sender) between two reads of its hops."""
+    if key not in after:
+        return f"- (an instance without the {key} hops)"
+    old, new = before[key], after[key]
+    return "; ".join(f"{name} {histogram_ms(old[name], new[name], (0.5, 0.99))}" for name in new)
+
+
+def gc_pauses_ms(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The garbage collector's pauses per generation between two reads of an instance's hops."""
+    if "gc_pauses" not in after:
+        return "-"
+    old, new = before["gc_pauses"], after["gc_pauses"]
+    parts = []
+    for generation, histogram in new.items():
+        found = histogram_ms(old[generation], histogram, (0.99,))
+        if found != "-":
+            parts.append(f"gen{generation} {found}, max {histogram['max_us'] / 1000:.1f}")
+    return "; ".join(parts) or "none"
 
 
 if __name__ == "__main__":

@@ -18,16 +18,18 @@ import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
 from pathlib import Path
-from time import perf_counter_ns
+from time import perf_counter_ns, time_ns
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
 from amps.config.actions import DO_DOWNGRADE, DO_UPGRADE, ON_SCHEDULE, interval_ms
 from amps.errors import CorruptRecord
+from amps.log.received import ReceivedFrames
 from amps.log.records import Record
 from amps.security.peers import PeerAllowList
 from amps.security.reload import ReloadableChannelTls, ReloadableServerTls
+from amps.server.hops import SENDER_STAGES
 from amps.v1 import replication_pb2 as pb
 from amps.v1 import replication_pb2_grpc as pb_grpc
 from replication.admission import Admission
@@ -135,6 +137,10 @@ class _Session:
         self.written: deque[tuple[int, int]] = deque(maxlen=MAX_TIMED)
         # (batch through txid, when its first record was durable here) of each batch sent.
         self.durable: deque[tuple[int, int]] = deque(maxlen=MAX_TIMED)
+        # When the latest frame was read (perf_counter_ns, and the wall clock in us for the
+        # `arrival` of its records from their origin's timestamps).
+        self.read_ns = 0
+        self.read_us = 0
 
 
 class _Dispatched(Protocol):
@@ -237,8 +243,8 @@ class Replicator:
         self._stopping = False
         self._idle: dict[str, asyncio.Event] = {}
         # Applied batches waiting to be durable here: (local txid they need durable, session,
-        # the peer's batch through txid, when received), oldest first.
-        self._awaiting: deque[tuple[int, _Session, int, int]] = deque()
+        # the peer's batch through txid, when read, when appended), oldest first.
+        self._awaiting: deque[tuple[int, _Session, int, int, int]] = deque()
         for name in self.routes:
             self._core(name)
 
@@ -347,8 +353,10 @@ class Replicator:
         sync origin's persisted acks nor a destination's copy waits for local subscribers."""
         awaiting, durable_txid = self._awaiting, self._log.durable_txid
         self.heads.durable(durable_txid)
+        if awaiting and awaiting[0][0] <= durable_txid:
+            self._time_stages(durable_txid)
         while awaiting and awaiting[0][0] <= durable_txid:
-            target, session, through, received_ns = awaiting.popleft()
+            target, session, through, received_ns, _applied_ns = awaiting.popleft()
             self._durable(session, through, target, received_ns)
         durable = (durable_txid, perf_counter_ns())
         for session in list(self._sessions.values()):
@@ -667,6 +675,7 @@ class Replicator:
         stream = session.stream
         while True:
             message = await stream.read()
+            session.read_ns, session.read_us = perf_counter_ns(), time_ns() // 1000
             if not isinstance(message, (pb.LinkFrame, WireBatch)):
                 return  # end of stream
             try:
@@ -694,6 +703,7 @@ class Replicator:
                 written_ns = perf_counter_ns()
                 hops.link_write.add(written_ns - queued_ns)
                 session.written.append((through, written_ns))
+                hops.replicated_send_stages["link"].add_us((written_ns - queued_ns) // 1000)
 
     def _timed_ack(self, session: _Session, through_txid: int) -> None:
         """Hops: the batches this ack covers, from written, and from durable here, to
@@ -706,15 +716,35 @@ class Replicator:
             hops.link_acked.add_us((now_ns - durable.popleft()[1]) // 1000)
 
     def _timed_send(self, session: _Session, batch: Batch) -> None:
-        """Hops: from the log advance that made the batch's first record durable to now."""
-        first = batch.records[0].txid
+        """Hops: from the log advance that made the batch's first record durable to now; and
+        from that record's timestamp (accepted here, or at its origin) stage by stage."""
+        record = batch.records[0]
+        first, first_us = record.txid, record.timestamp_us
         advanced = session.advanced
         while advanced and advanced[0][0] < first:
             advanced.popleft()
+        now_ns = perf_counter_ns()
         if advanced:
             durable_ns = advanced[0][1]
-            self._hops.link_send_wait.add(perf_counter_ns() - durable_ns)
+            self._hops.link_send_wait.add(now_ns - durable_ns)
             session.durable.append((batch.through_txid, durable_ns))
+        stages, now_us = self._hops.replicated_send_stages, time_ns() // 1000
+        flush = self.instance.journal.last_flush
+        # The flush's instants on the wall clock the record's timestamp is on.
+        submitted_us = now_us - (now_ns - flush.submitted_ns) // 1000 if flush else 0
+        if flush is None or submitted_us < first_us:
+            # Not made durable by the latest flush (a link catching up, or a window that was
+            # full): it waited to be sent.
+            for name in SENDER_STAGES:
+                if name != "link":  # timed when gRPC takes the batch
+                    stages[name].add_us(now_us - first_us if name == "dispatch" else 0)
+            return
+        stages["commit"].add_us(submitted_us - first_us)
+        stages["handoff"].add_us((flush.started_ns - flush.submitted_ns) // 1000)
+        stages["write"].add_us((flush.finished_ns - flush.started_ns - flush.fsync_ns) // 1000)
+        stages["fsync"].add_us(flush.fsync_ns // 1000)
+        stages["return"].add_us((flush.returned_ns - flush.finished_ns) // 1000)
+        stages["dispatch"].add_us((now_ns - flush.returned_ns) // 1000)
 
     @property
     def _hops(self) -> HopStatistics:
@@ -765,12 +795,14 @@ class Replicator:
                 )
                 session.outgoing.put_nowait((message, through, perf_counter_ns()))
             elif isinstance(action, Apply):
-                received_ns = perf_counter_ns()
+                received_ns = session.read_ns or perf_counter_ns()
+                self._time_arrival(action.records, session.read_us or time_ns() // 1000)
                 first = self.instance.journal.last_txid + 1
                 self.instance.append_replicated(action.records)  # wants a commit
                 target = self.instance.journal.last_txid
                 self.heads.replicated(first, target)
-                self._awaiting.append((target, session, action.through_txid, received_ns))
+                applied = (target, session, action.through_txid, received_ns, perf_counter_ns())
+                self._awaiting.append(applied)
             elif isinstance(action, PeerAcked):
                 self.instance.release_persisted_acks()
             elif isinstance(action, RequestArrived):
@@ -786,6 +818,46 @@ class Replicator:
         needed = [core.unsent_from_txid for core in self.cores.values() if core.sends]
         if needed:
             self.instance.journal.drop_frames_before(min(needed))
+
+    def _time_arrival(self, records: Sequence[Record], read_us: int) -> None:
+        """Hops: a received batch from its first record's timestamp (at its origin) to read
+        here; the sender's stages start at the same instant."""
+        if not records:
+            return
+        if type(records) is ReceivedFrames:
+            first_us = records.heads[0][5]
+        else:
+            first_us = records[0].timestamp_us
+        self._hops.replicated_stages["arrival"].add_us(read_us - first_us)
+
+    def _time_stages(self, durable_txid: int) -> None:
+        """Hops: each applied batch this commit made durable, stage by stage (read, appended,
+        the commit's trip through the journal's writer, back on the loop, now)."""
+        flush = self.instance.journal.last_flush
+        if flush is None:
+            return
+        stages, now_ns = self._hops.replicated_stages, perf_counter_ns()
+        after_appended = (
+            ("handoff", flush.started_ns - flush.submitted_ns),
+            ("write", flush.finished_ns - flush.started_ns - flush.fsync_ns),
+            ("fsync", flush.fsync_ns),
+            ("return", flush.returned_ns - flush.finished_ns),
+            ("dispatch", now_ns - flush.returned_ns),
+        )
+        for target, _session, _through, received_ns, applied_ns in self._awaiting:
+            if target > durable_txid:
+                break
+            stages["apply"].add_us((applied_ns - received_ns) // 1000)
+            if applied_ns > flush.submitted_ns:
+                # Not in that flush (a batch of copies appended nothing): it waited for this
+                # dispatch only.
+                stages["commit_wait"].add_us((now_ns - applied_ns) // 1000)
+                for name, _duration_ns in after_appended:
+                    stages[name].add_us(0)
+                continue
+            stages["commit_wait"].add_us((flush.submitted_ns - applied_ns) // 1000)
+            for name, duration_ns in after_appended:
+                stages[name].add_us(duration_ns // 1000)
 
     def _durable(self, session: _Session, through_txid: int, target: int, received_ns: int) -> None:
         self._hops.replicated_durable.add_us((perf_counter_ns() - received_ns) // 1000)

@@ -66,10 +66,17 @@ FlushResult = list[float] | BaseException
 
 @dataclass(frozen=True, slots=True)
 class CommitTiming:
-    """How a batch crossed to the writer thread and back (perf_counter_ns)."""
+    """How a batch crossed to the writer thread and back (perf_counter_ns instants)."""
 
-    handoff_ns: int  # handed to the writer -> the writer thread running it
-    finished_ns: int  # when the writer was done with it
+    submitted_ns: int  # handed to the writer
+    started_ns: int  # the writer thread running it
+    finished_ns: int  # the writer done with it (written, fsynced, marked)
+    returned_ns: int = 0  # its result handled on the event loop (0 until then)
+    fsync_ns: int = 0  # of which its fsyncs took (set with returned_ns)
+
+    @property
+    def handoff_ns(self) -> int:
+        return self.started_ns - self.submitted_ns
 
 
 # Told each batch's (handoff, return) in ns: the thread hops of a commit, beside its fsync.
@@ -129,7 +136,7 @@ class _WriterThread:
                 result = self._writer.write_batch(batch, checkpoint, commit)
             except BaseException as exc:  # reported to the loop: the journal fails for good
                 result = exc
-            timing = CommitTiming(started_ns - submitted_ns, perf_counter_ns())
+            timing = CommitTiming(submitted_ns, started_ns, perf_counter_ns())
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
                 loop.call_soon_threadsafe(done, result, timing)
 
@@ -162,6 +169,9 @@ class Journal:
         self.marks = PublisherMarks()
         self.on_fsync: FsyncObserver | None = None
         self.on_commit_hops: CommitHopsObserver | None = None
+        # The latest batch the writer finished, as the event loop saw it back: a replicated
+        # batch made durable by it is timed stage by stage (hops `replicated_stages`).
+        self.last_flush: CommitTiming | None = None
         self.first_txid = 1
         self._next_txid = 1
         self._durable_txid = 0
@@ -563,8 +573,11 @@ class Journal:
 
     def _flushed(self, last_txid: int, result: FlushResult, timing: CommitTiming) -> None:
         """On the loop: the writer is done with a batch; wake everyone waiting for it."""
+        returned_ns = perf_counter_ns()
+        fsync_ns = 0 if isinstance(result, BaseException) else int(sum(result) * 1e9)
+        self.last_flush = replace(timing, returned_ns=returned_ns, fsync_ns=fsync_ns)
         if self.on_commit_hops is not None:
-            self.on_commit_hops(timing.handoff_ns, perf_counter_ns() - timing.finished_ns)
+            self.on_commit_hops(timing.handoff_ns, returned_ns - timing.finished_ns)
         self._flushing = False
         waiters, self._flush_waiters = self._flush_waiters, []
         if isinstance(result, BaseException):

@@ -34,6 +34,7 @@ from amps.server.admin_http import AdminHttpServer, PrefixRoute
 from amps.server.admin_routes import QUEUE_ACTIONS_PATH, QUEUES_PATH, QueueRoutes
 from amps.server.client_service import ClientService, add_to_server
 from amps.server.fatal import FatalReason, fatal
+from amps.server.gc_pauses import GcPauses
 from amps.server.instance import Instance
 from amps.server.journal_routes import ACTIONS_PREFIX, JOURNALS_PATH, JournalRoutes
 from amps.server.transports import TRANSPORT_ACTIONS_PATH, TRANSPORTS_PATH, TransportRoutes
@@ -115,6 +116,7 @@ class Server:
         self.instance: Instance | None = None
         self.metrics: Metrics | None = None
         self.replicator: Replicator | None = None
+        self._gc_pauses: GcPauses | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._authenticators: dict[str, Authenticator] = {}
         # Listeners' certificates that SIGHUP reads again (amps.security.reload).
@@ -222,6 +224,8 @@ class Server:
         journal.on_fsync = self._observe_fsync
         self.instance = Instance(self.config, journal, self._on_fatal)
         journal.on_commit_hops = self._observe_commit_hops
+        self._gc_pauses = GcPauses(self.instance.statistics.hops.gc_pauses)
+        self._gc_pauses.install()
         for exposure in exposures(self.config):  # load_config refuses these already
             fatal(FatalReason.CONFIG_INVALID, f"{exposure.path}: {exposure.expected}")
         self.instance.authenticator = self._authenticator(self.config.client_authentication)
@@ -544,6 +548,8 @@ class Server:
 
     async def stop(self) -> None:
         """Graceful stop: refuse new work, commit the journal, close."""
+        if self._gc_pauses is not None:
+            self._gc_pauses.remove()
         if self._admin is not None:
             await self._admin.stop()
         if self.replicator is not None:

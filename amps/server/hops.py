@@ -120,6 +120,42 @@ class Histogram:
         }
 
 
+# A replicated batch on its receiver, stage by stage (issue 8): `arrival` from its first
+# record's timestamp (accepted at its origin) to the batch read here: the origin's commit and
+# fsync, its link's send (the sender's stages, from the same instant) and the way through both
+# gRPC stacks; then `apply` read -> appended here (the link core,
+# de-duplication, the journal append), `commit_wait` appended -> its commit handed to the
+# journal's writer (behind a commit in flight, the commit loop's wake-up), `handoff` -> the
+# writer thread running it (the GIL), `write` its writes, `fsync`, `return` the writer done ->
+# its result on the event loop, `dispatch` -> this batch acknowledged (the commit loop's
+# wake-up and the commit's dispatch before the links). Stages after `arrival` add up to
+# `replicated_durable`; `arrival` plus them to the `replicated_lag` of the batch's first record.
+RECEIVER_STAGES = (
+    "arrival", "apply", "commit_wait", "handoff", "write", "fsync", "return", "dispatch",
+)  # fmt: skip
+
+
+# A replicated batch on its sender, from its first record's timestamp (accepted here, or at its
+# origin for a passthrough), stage by stage: `commit` -> its commit handed to the journal's
+# writer (the append, a commit in flight, the commit loop's wake-up), `handoff`, `write`, `fsync`
+# and `return` as on a receiver, `dispatch` -> the batch made for the link (the commit's
+# dispatch before the links; for a batch not made durable by the latest commit, a link catching
+# up, all of its wait), `link` -> gRPC took it (behind the link's earlier frames).
+SENDER_STAGES = ("commit", "handoff", "write", "fsync", "return", "dispatch", "link")
+
+
+def _sender_stages() -> dict[str, Histogram]:
+    return {name: Histogram() for name in SENDER_STAGES}
+
+
+def _receiver_stages() -> dict[str, Histogram]:
+    return {name: Histogram() for name in RECEIVER_STAGES}
+
+
+def _gc_generations() -> dict[str, Histogram]:
+    return {str(generation): Histogram() for generation in range(3)}
+
+
 @dataclass(slots=True)
 class HopStatistics:
     """The instance's per-hop timings and the ways its deliveries went."""
@@ -155,6 +191,11 @@ class HopStatistics:
     # accepted there) -> durable here: the issue's replication lag. Wall clocks: between two
     # machines it includes their offset.
     replicated_lag: Histogram = field(default_factory=Histogram)
+    replicated_stages: dict[str, Histogram] = field(default_factory=_receiver_stages)
+    replicated_send_stages: dict[str, Histogram] = field(default_factory=_sender_stages)
+    # The cyclic garbage collector's pauses, per generation (amps.server.gc_pauses): the event
+    # loop runs nothing else meanwhile.
+    gc_pauses: dict[str, Histogram] = field(default_factory=_gc_generations)
     # Deliveries queued in the queue step of the ack that made room for them: no timer, no
     # commit between the ack and the delivery.
     deliveries_after_ack: int = 0
@@ -180,6 +221,11 @@ class HopStatistics:
             "link_acked": self.link_acked.as_json(),
             "replicated_durable": self.replicated_durable.as_json(),
             "replicated_lag": self.replicated_lag.as_json(),
+            "replicated_stages": {n: h.as_json() for n, h in self.replicated_stages.items()},
+            "replicated_send_stages": {
+                n: h.as_json() for n, h in self.replicated_send_stages.items()
+            },
+            "gc_pauses": {n: h.as_json() for n, h in self.gc_pauses.items()},
             "deliveries_after_ack": self.deliveries_after_ack,
             "deliveries_held_for_commit": self.deliveries_held_for_commit,
             "frames_idle": self.frames_idle,

@@ -108,6 +108,20 @@ async def test_publish_on_each_read_on_every_other_in_order_with_the_same_bookma
         assert lag["count"] == COUNT * (len(NAMES) - 1), (name, lag)
         assert 0 < lag["p50_us"] <= lag["p99_us"], (name, lag)
         assert sum(lag["buckets"].values()) == lag["count"], (name, lag)
+        # The receiver's stages, one per batch made durable here; after `arrival` they add up
+        # to receive -> durable (each ends where the next starts, rounded down to the us).
+        stages, durable = hops["replicated_stages"], hops["replicated_durable"]
+        assert {s["count"] for s in stages.values()} == {durable["count"]}, (name, stages)
+        received_to_durable = sum(s["total_us"] for n, s in stages.items() if n != "arrival")
+        assert 0 < received_to_durable <= durable["total_us"], (name, stages, durable)
+        # The sender's, one per batch: from its first record accepted to the batch made, and
+        # then to gRPC taking it.
+        sent = hops["replicated_send_stages"]
+        assert {s["count"] for n, s in sent.items() if n != "link"} == {
+            hops["link_send_wait"]["count"]
+        }, (name, sent)
+        assert sent["link"]["count"] == hops["link_write"]["count"], (name, sent)
+        assert sent["fsync"]["total_us"] > 0, (name, sent)
 
 
 async def test_every_instance_logs_each_link_up_whichever_side_dialled(mesh: Cluster) -> None:

@@ -345,6 +345,26 @@ async def test_concurrent_commits_share_one_fsync(tmp_path: Path) -> None:
     await journal.close()
 
 
+async def test_the_last_flush_is_timed_in_order_with_its_fsyncs(tmp_path: Path) -> None:
+    """Issue 8: a replicated batch made durable is timed stage by stage from the batch the
+    writer finished last: handed over, running, done, back on the loop, and its fsyncs."""
+    journal = _open(tmp_path)
+    fsyncs: list[float] = []
+    journal.on_fsync = fsyncs.append
+    assert journal.last_flush is None
+    await _fill(journal, 3)
+    flush = journal.last_flush
+    assert flush is not None
+    assert flush.submitted_ns <= flush.started_ns <= flush.finished_ns <= flush.returned_ns
+    assert flush.handoff_ns == flush.started_ns - flush.submitted_ns
+    assert 0 < flush.fsync_ns <= flush.finished_ns - flush.started_ns
+    assert flush.fsync_ns == int(sum(fsyncs) * 1e9)
+    await _fill(journal, 1, start_seq=4)
+    assert journal.last_flush is not None
+    assert journal.last_flush.submitted_ns > flush.returned_ns
+    await journal.close()
+
+
 async def test_appends_continue_while_an_fsync_runs(tmp_path: Path) -> None:
     journal = _open(tmp_path)
     journal.append_publish(topic="t", data=b"x", publisher_id=9, seq=1, timestamp_us=1)
@@ -576,6 +596,37 @@ async def test_new_segments_open_with_a_header_of_the_current_format(tmp_path: P
     await _fill(journal, 200)
     await journal.close()
     assert {format_version(path) for path in _segments(tmp_path)} == {SEGMENT_FORMAT_VERSION}
+
+
+async def test_a_checkpoint_costs_its_commit_no_second_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 8: a commit that writes the tail checkpoint fsyncs the segment once, as any other
+    (a second fsync held the commit's acknowledgement every CHECKPOINT_EVERY_BYTES); the
+    checkpoint is still written, and a reopen finds every record."""
+    monkeypatch.setattr(journal_module, "CHECKPOINT_EVERY_BYTES", 4096)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    journal = _open(tmp_path)
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    for round_ in range(4):  # ~2,600 bytes a round, one segment: checkpoints at 4 and 8 KiB
+        await _fill(journal, 10, start_seq=1 + 10 * round_)
+    (checkpoint,) = _checkpoints(tmp_path)
+    assert [path for path in synced if ".tail" in path] == []
+    assert len([path for path in synced if path.endswith(".journal")]) >= 4
+    covered = decode_summary(checkpoint.read_bytes())
+    assert covered is not None
+    assert covered.size_bytes >= 4096
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    await journal.close()
+    reopened = _open(tmp_path)
+    assert reopened.last_txid == 40
+    await reopened.close()
 
 
 async def test_a_new_segment_is_checkpointed_like_the_first(

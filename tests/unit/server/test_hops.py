@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amps.server.hops import Histogram
+from amps.server.gc_pauses import GcPauses
+from amps.server.hops import Histogram, HopStatistics
 
 
 def test_percentiles_are_the_upper_bounds_of_their_buckets_within_five_percent() -> None:
@@ -58,3 +61,24 @@ def test_a_run_of_timestamps_that_never_decrease_counts_as_one_by_one(
         one_by_one.total_us,
         one_by_one.max_us,
     )
+
+
+def test_collections_are_timed_per_generation_while_installed() -> None:
+    """Issue 8: a collection's pause (the event loop runs nothing meanwhile) is counted in its
+    generation's histogram, and nothing is once the observer is removed."""
+    hops = HopStatistics()
+    pauses = GcPauses(hops.gc_pauses)
+    pauses.install()
+    pauses.install()  # once only
+    try:
+        gc.collect(2)
+        gc.collect(0)
+    finally:
+        pauses.remove()
+    assert pauses not in gc.callbacks
+    full, young = hops.gc_pauses["2"].as_json(), hops.gc_pauses["0"].as_json()
+    assert full["count"] == 1, hops.gc_pauses
+    assert young["count"] >= 1, hops.gc_pauses
+    gc.collect(2)
+    assert hops.gc_pauses["2"].count == 1
+    assert set(hops.as_json()["gc_pauses"]) == {"0", "1", "2"}
