@@ -100,8 +100,10 @@ async def test_publish_on_each_read_on_every_other_in_order_with_the_same_bookma
             "replicated_durable",
         ):
             assert hops[hop]["count"] > 0, (name, hop, hops)
-        # Each batch is timed from durable to acknowledged once at most.
-        assert hops["link_acked"]["count"] <= hops["link_ack_wait"]["count"], (name, hops)
+        # Each batch is timed from durable to acknowledged once at most: against the batches
+        # sent (link_send_wait), not those whose write gRPC reported done (link_ack_wait): a
+        # peer's ack can come before that report, and the last batches' then stay untimed.
+        assert hops["link_acked"]["count"] <= hops["link_send_wait"]["count"], (name, hops)
         # The replication lag of every publish that came from a peer, origin -> durable here:
         # in a full mesh each instance makes the two others' publishes durable, once each.
         lag = hops["replicated_lag"]
