@@ -789,7 +789,9 @@ def replication_lag(messages: int) -> None:
         b_hops = instance_hops(b)
         held = replicated_lag_ms(observed.before["b"][0], b_hops)
         stages = stages_ms(observed.before["b"][0], b_hops, "replicated_stages")
-        sent = stages_ms(observed.before["a"][0], instance_hops(a), "replicated_send_stages")
+        a_hops = instance_hops(a)
+        sent = stages_ms(observed.before["a"][0], a_hops, "replicated_send_stages")
+        transit = transit_ms(observed.before["a"][0], a_hops, observed.before["b"][0], b_hops)
         pauses = {
             n: gc_pauses_ms(observed.before[n][0], instance_hops(i))
             for n, i in (("a", a), ("b", b))
@@ -804,7 +806,9 @@ def replication_lag(messages: int) -> None:
         lean_after = instance_hops(b)
         lean = replicated_lag_ms(before, lean_after)
         lean_stages = stages_ms(before, lean_after, "replicated_stages")
-        lean_sent = stages_ms(a_before, instance_hops(a), "replicated_send_stages")
+        lean_a = instance_hops(a)
+        lean_sent = stages_ms(a_before, lean_a, "replicated_send_stages")
+        lean_transit = transit_ms(a_before, lean_a, before, lean_after)
     added = sorted(on_b[i] - on_a[i] for i in on_b if i in on_a)
 
     def ms(values: list[float]) -> str:
@@ -829,11 +833,12 @@ def replication_lag(messages: int) -> None:
         f"  a's stages per batch, from its first publish accepted on a (ms): {sent}\n"
         f"  b's stages per batch (ms; arrival: its first publish accepted on a -> read on b): "
         f"{stages}\n"
+        f"  {transit}\n"
         f"  garbage collector pauses (ms): "
         f"{'; '.join(f'{n}: {p}' for n, p in pauses.items())}\n"
         f"  {alone_hops}\n  {pair_hops}\n"
         f"  again without subscribers (a, b and the publisher only), b's own figure: {lean}\n"
-        f"  a's stages: {lean_sent}\n  b's stages: {lean_stages}\n"
+        f"  a's stages: {lean_sent}\n  b's stages: {lean_stages}\n  {lean_transit}\n"
         f"  {lean_hops}",
         flush=True,
     )
@@ -894,6 +899,32 @@ def stages_ms(before: dict[str, Any], after: dict[str, Any], key: str) -> str:
         return f"- (an instance without the {key} hops)"
     old, new = before[key], after[key]
     return "; ".join(f"{name} {histogram_ms(old[name], new[name], (0.5, 0.99))}" for name in new)
+
+
+def transit_ms(
+    a_before: dict[str, Any],
+    a_after: dict[str, Any],
+    b_before: dict[str, Any],
+    b_after: dict[str, Any],
+) -> str:
+    """A batch's way from a's link (gRPC took it) to b's read, as a mean: b's `arrival` less
+    a's stages (means add up; percentiles do not)."""
+    if "replicated_send_stages" not in a_after or "replicated_stages" not in b_after:
+        return "-"
+
+    def mean_us(before: dict[str, Any], after: dict[str, Any]) -> float:
+        count = after["count"] - before["count"]
+        return (after["total_us"] - before["total_us"]) / count if count else 0.0
+
+    sent, old_sent = a_after["replicated_send_stages"], a_before["replicated_send_stages"]
+    on_a = sum(mean_us(old_sent[n], sent[n]) for n in sent)
+    arrival = mean_us(
+        b_before["replicated_stages"]["arrival"], b_after["replicated_stages"]["arrival"]
+    )
+    return (
+        f"means: a's stages {on_a / 1000:.2f} ms, b's arrival {arrival / 1000:.2f} ms: "
+        f"{(arrival - on_a) / 1000:.2f} ms from a's gRPC write to b's read"
+    )
 
 
 def gc_pauses_ms(before: dict[str, Any], after: dict[str, Any]) -> str:
