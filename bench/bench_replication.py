@@ -21,8 +21,10 @@ same run, as a ratio. Prints; asserts nothing.
    goes (percentiles, `/amps/instance` hops): on a, from its first publish accepted to its
    commit handed to the journal's writer, the thread's hand-off, writes, fsync, return,
    dispatch and gRPC taking the batch; on b, from that same instant to the batch read
-   (`arrival`), then the same stages from appended on b to durable there; and both instances'
-   garbage collector pauses and page faults;
+   (`arrival`), then the same stages from appended on b to durable there; both instances'
+   garbage collector pauses and page faults; and the disk's own fsync in the same minute (an
+   8 KB append and fsync every 1.5 ms beside the journals), the floor of a lag that waits for
+   two fsyncs in series;
 4. catch-up of an instance that missed N messages, against the origin's own epoch replay;
 5. per record, in-process: what a link costs on each side (read, frame, decode, append), the
    old way (records encoded again, appended one at a time) beside the frames-as-logged way;
@@ -92,6 +94,10 @@ HOPS = (
     "link_ack_wait",
     "replicated_durable",
 )
+# The lag run's probe of the disk itself (disk_fsync_ms).
+DISK_PROBE_BYTES = 8000
+DISK_PROBE_GAP_S = 0.0015
+DISK_PROBE_SYNCS = 600
 NATS_WINDOW = 1000  # JetStream publishes in flight, as the issue's reference run
 NATS_START_TIMEOUT_S = 30.0
 
@@ -809,6 +815,9 @@ def replication_lag(messages: int) -> None:
         lean_a = instance_hops(a)
         lean_sent = stages_ms(a_before, lean_a, "replicated_send_stages")
         lean_transit = transit_ms(a_before, lean_a, before, lean_after)
+        # The disk's own fsync in the same minute, beside the journals: the floor of a lag
+        # that waits for two of them in series.
+        disk = disk_fsync_ms(running.root)
     added = sorted(on_b[i] - on_a[i] for i in on_b if i in on_a)
 
     def ms(values: list[float]) -> str:
@@ -839,6 +848,8 @@ def replication_lag(messages: int) -> None:
         f"  {alone_hops}\n  {pair_hops}\n"
         f"  again without subscribers (a, b and the publisher only), b's own figure: {lean}\n"
         f"  a's stages: {lean_sent}\n  b's stages: {lean_stages}\n  {lean_transit}\n"
+        f"  this disk, outside the broker, an {DISK_PROBE_BYTES:,}-byte append and fsync every "
+        f"{DISK_PROBE_GAP_S * 1000:g} ms, {DISK_PROBE_SYNCS} times: {disk}\n"
         f"  {lean_hops}",
         flush=True,
     )
@@ -899,6 +910,29 @@ def stages_ms(before: dict[str, Any], after: dict[str, Any], key: str) -> str:
         return f"- (an instance without the {key} hops)"
     old, new = before[key], after[key]
     return "; ".join(f"{name} {histogram_ms(old[name], new[name], (0.5, 0.99))}" for name in new)
+
+
+def disk_fsync_ms(directory: Path) -> str:
+    """Percentiles of DISK_PROBE_SYNCS appends of DISK_PROBE_BYTES (a commit of ~7 x 1 KB),
+    each fsynced, DISK_PROBE_GAP_S apart, in a file of `directory`."""
+    path = directory / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    durations: list[float] = []
+    try:
+        chunk = b"x" * DISK_PROBE_BYTES
+        for _ in range(DISK_PROBE_SYNCS):
+            os.write(fd, chunk)
+            started = time.perf_counter()
+            os.fsync(fd)
+            durations.append(time.perf_counter() - started)
+            time.sleep(DISK_PROBE_GAP_S)
+    finally:
+        os.close(fd)
+        path.unlink()
+    ordered = sorted(durations)
+    quantiles = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+    found = ", ".join(f"{n} {percentile(ordered, q) * 1000:.2f}" for n, q in quantiles)
+    return f"{found}, mean {sum(ordered) / len(ordered) * 1000:.2f} ms"
 
 
 def transit_ms(
