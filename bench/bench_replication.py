@@ -49,7 +49,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,7 +66,7 @@ from bench.bench_broker import (
     _replay_raw,
     run_publishers,
 )
-from bench.common import json_payloads, percentile, scrape, temp_instance
+from bench.common import json_payloads, metrics_text, percentile, scrape, temp_instance
 from bench.peers import ensure_nats, nats_cluster
 from tests.harness.cluster import Cluster, Link, cluster, full_mesh
 from tests.harness.instance import InstanceProcess
@@ -753,11 +752,8 @@ def persisted_ack_latency(seconds: float) -> None:
 
 def fsync_buckets(admin_port: int) -> dict[float, float]:
     """The instance's amps_journal_fsync_seconds buckets: upper bound -> cumulative count."""
-    url = f"http://127.0.0.1:{admin_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
     buckets: dict[float, float] = {}
-    for line in text.splitlines():
+    for line in metrics_text(admin_port).splitlines():
         if line.startswith("amps_journal_fsync_seconds_bucket{"):
             bound = line.split('le="', 1)[1].split('"', 1)[0]
             buckets[float(bound)] = float(line.rsplit(" ", 1)[1])

@@ -51,13 +51,18 @@ def temp_instance(
 METRIC_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)$")
 
 
-def scrape(admin_port: int) -> dict[str, float]:
-    """The instance's /metrics as {metric name: value} (labels dropped, one node)."""
+def metrics_text(admin_port: int) -> str:
+    """The instance's /metrics, as served."""
     url = f"http://127.0.0.1:{admin_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
+        text: str = response.read().decode()
+    return text
+
+
+def scrape(admin_port: int) -> dict[str, float]:
+    """The instance's /metrics as {metric name: value} (labels dropped, one node)."""
     values: dict[str, float] = {}
-    for line in text.splitlines():
+    for line in metrics_text(admin_port).splitlines():
         match = METRIC_LINE.match(line)
         if match and not line.startswith("#"):
             values[match["name"]] = float(match["value"])
