@@ -49,6 +49,10 @@ class PlainSegment:
     def pread(self, size: int, offset: int) -> bytes:
         return os.pread(self.fd, size, offset)
 
+    def pread_into(self, buffer: memoryview, offset: int) -> int:
+        """`pread` into the caller's buffer (no bytes object, no copy of it); the bytes read."""
+        return os.preadv(self.fd, [buffer], offset)
+
     def close(self) -> None:
         os.close(self.fd)
 
@@ -94,6 +98,12 @@ class CompressedSegment:
             parts.append(piece)
             position += len(piece)
         return b"".join(parts)
+
+    def pread_into(self, buffer: memoryview, offset: int) -> int:
+        """`pread` into the caller's buffer; the bytes read."""
+        data = self.pread(len(buffer), offset)
+        buffer[: len(data)] = data
+        return len(data)
 
     def _block(self, number: int) -> bytes:
         block = self._cache.get(number)

@@ -128,12 +128,12 @@ class _Frames:
     crcs: npt.NDArray[np.uint32]
 
 
-def _frames(chunk: bytes, arr: npt.NDArray[np.uint8]) -> _Frames | None:
+def _frames(arr: npt.NDArray[np.uint8]) -> _Frames | None:
     """The complete frames chained from offset 0, or None when the chain is not plain (damage,
     or the magic inside a payload: the caller's ordinary reader decides)."""
-    size = len(chunk)
+    size = len(arr)
     if size < _HEADER:
-        return None if size and not codec._MAGIC_BYTES.startswith(chunk) else _NONE
+        return None if size and not codec._MAGIC_BYTES.startswith(arr.tobytes()) else _NONE
     # Candidates: where the magic's third byte (0xB5, rare in text) is; then all four checked.
     starts = _positions(arr, _MAGIC_THIRD) - 2
     starts = starts[(starts >= 0) & (starts <= size - _HEADER)]
@@ -155,10 +155,11 @@ _NONE = _Frames(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.uin
 
 
 def _checksums_hold(
-    arr: npt.NDArray[np.uint8], starts: Int64s, stops: Int64s, stored: npt.NDArray[np.uint32]
+    buffer: npt.NDArray[np.uint8], starts: Int64s, stops: Int64s, stored: npt.NDArray[np.uint32]
 ) -> bool:
     """Whether every frame's CRC32C (over its length field and payload) is the one stored in its
-    header, checked by one CRC call over the frames rather than one call per frame.
+    header, checked by one CRC call over the frames rather than one call per frame, in
+    `buffer`, which this overwrites (its frames' headers, and SPARE_BYTES after the last).
 
     With CRC32C's init and final complement folded into the bytes (the length field's four
     bytes complemented; the stored value complemented after the payload), a frame's raw CRC
@@ -169,17 +170,17 @@ def _checksums_hold(
     frame always makes the whole nonzero. A nonzero whole sends the chunk to the journal's
     reader, which names the frame."""
     end = int(stops[-1])
-    buffer = np.empty(end + 8, np.uint8)
     buffer[:8] = 0
-    buffer[8:end] = arr[8:end]
-    # 4-byte words at any byte offset (the frames are not aligned), written in place; every
-    # byte from `end` on is written here too.
+    # 4-byte words at any byte offset (the frames are not aligned), written in place.
     words = np.ndarray((end + 5,), "<u4", buffer, 0, (1,))
     words[starts + 8] ^= 0xFFFF_FFFF
     words[stops] = ~stored
     words[stops + 4] = 0
     # extend() complements the CRC it is given and the result: 0xFFFFFFFF starts from zero.
-    return bool(_crc_extend(0xFFFF_FFFF, buffer) == 0xFFFF_FFFF)
+    return bool(_crc_extend(0xFFFF_FFFF, buffer[: end + SPARE_BYTES]) == 0xFFFF_FFFF)
+
+
+SPARE_BYTES = 8  # after a chunk in decode_into's buffer: where the last frame's check goes
 
 
 def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
@@ -187,8 +188,17 @@ def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
     starts at a frame); None when the chunk needs the journal's ordinary reader.
 
     Frames after the last record at or below last_txid are not consumed."""
-    arr = np.frombuffer(chunk, np.uint8)
-    found = _frames(chunk, arr)
+    buffer = np.empty(len(chunk) + SPARE_BYTES, np.uint8)
+    buffer[: len(chunk)] = np.frombuffer(chunk, np.uint8)
+    return decode_into(buffer, from_txid, last_txid)
+
+
+def decode_into(buffer: npt.NDArray[np.uint8], from_txid: int, last_txid: int) -> Decoded | None:
+    """`decode` of the chunk in `buffer` but its last SPARE_BYTES, without a copy of it: the
+    checksums are checked in the buffer itself, which this overwrites, once the columns are
+    built (each copies what it takes from the chunk, so the batch holds none of the buffer)."""
+    arr = buffer[:-SPARE_BYTES]
+    found = _frames(arr)
     if found is None:
         return None
     # Every payload starts kind u8 | txid u64; a control frame has 0 where a record has its txid.
@@ -199,21 +209,24 @@ def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
     starts, txids = found.starts[:kept], txids[:kept]
     kinds = arr[starts + _HEADER]
     stops = starts + _HEADER + found.lengths[:kept]
-    if not _checksums_hold(arr, starts, stops, found.crcs[:kept]):
-        return None
     control = np.isin(kinds, _CONTROL_KINDS)
     try:
         for i in np.flatnonzero(control).tolist():
-            codec.decode_control(chunk[int(starts[i]) + _HEADER : int(stops[i])])
+            codec.decode_control(arr[int(starts[i]) + _HEADER : int(stops[i])].tobytes())
     except CorruptRecord:
         return None
     record_txids = txids[~control]
     next_txid = int(record_txids[-1]) + 1 if len(record_txids) else from_txid
     wanted = (kinds == _KIND_PUBLISH) & (txids >= from_txid)
-    if not wanted.any():
-        return Decoded(None, int(stops[-1]), next_txid)
-    batch = _publishes(chunk, arr, starts[wanted] + _HEADER, stops[wanted])
-    return None if batch is None else Decoded(batch, int(stops[-1]), next_txid)
+    batch = None
+    if wanted.any():
+        batch = _publishes(arr, starts[wanted] + _HEADER, stops[wanted])
+        if batch is None:
+            return None
+    # Last: the check overwrites the frames' headers (a damaged chunk's columns are dropped).
+    if not _checksums_hold(buffer, starts, stops, found.crcs[:kept]):
+        return None
+    return Decoded(batch, int(stops[-1]), next_txid)
 
 
 def _strings(
@@ -307,7 +320,7 @@ def _same_names(
 _INLINE = 12  # a binary-view value this long or shorter is held in its view, not referenced
 
 
-def _binary(chunk: bytes, arr: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> pa.Array:
+def _binary(arr: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> pa.Array:
     """The bytes at `starts` as an Arrow binary array, copied by Arrow (a cast from a
     binary-view array over the chunk) rather than sliced and joined per value in Python."""
     n = len(starts)
@@ -328,7 +341,7 @@ def _binary(chunk: bytes, arr: npt.NDArray[np.uint8], starts: Int64s, lengths: I
         inline = np.where(columns < lengths[short][:, None], arr[window], 0)
         views.view(np.uint8).reshape(n, 16)[short, 4:] = inline
     array = pa.Array.from_buffers(
-        pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(chunk)]
+        pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(arr)]
     )
     try:
         return array.cast(pa.binary())
@@ -336,7 +349,7 @@ def _binary(chunk: bytes, arr: npt.NDArray[np.uint8], starts: Int64s, lengths: I
         offsets = np.zeros(n + 1, np.int32)
         np.cumsum(lengths, out=offsets[1:])
         ends = (starts + lengths).tolist()
-        joined = b"".join([chunk[a:b] for a, b in zip(starts.tolist(), ends, strict=True)])
+        joined = b"".join([arr[a:b].tobytes() for a, b in zip(starts.tolist(), ends, strict=True)])
         return pa.Array.from_buffers(
             pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(joined)]
         )
@@ -370,7 +383,7 @@ def _bookmarks(publisher: str, seqs: npt.NDArray[np.int64]) -> pa.Array | None:
 
 
 def _publishes(
-    chunk: bytes, arr: npt.NDArray[np.uint8], payloads: Int64s, stops: Int64s
+    arr: npt.NDArray[np.uint8], payloads: Int64s, stops: Int64s
 ) -> pa.RecordBatch | None:
     n = len(payloads)
     if ((stops - payloads) < _FIXED.size).any():
@@ -397,7 +410,7 @@ def _publishes(
         correlations = pa.nulls(n, pa.string())
     if topics is None or origins is None or groups is None or correlations is None:
         return None
-    data = _binary(chunk, arr, data_at, stops - data_at)
+    data = _binary(arr, data_at, stops - data_at)
     ids = fixed["pub"]
     seqs = _numbers(fixed["seq"].astype(np.int64), pa.int64())
     if (ids == ids[0]).all():  # one publisher (the usual chunk): one string, not a cast each

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -148,16 +149,20 @@ def read(piece: JournalPiece | JournalPart, options: ReadOptions) -> Iterator[pa
     segment = piece.segment
     files = SegmentFiles(lambda _first_txid: Path(piece.path), 1)
     try:
-        pread = files.file(segment.first_txid).pread
+        pread_into = files.file(segment.first_txid).pread_into
         j = bisect_right(segment.index_txids, piece.first_txid) - 1
         offset = segment.index_offsets[j]
         average = segment.size_bytes // max(1, segment.record_count) + 1
         size = max(MIN_READ_BYTES, min(BATCH_RECORDS * average, MAX_READ_BYTES))
         txid = piece.first_txid
         while txid <= piece.last_txid:
-            chunk = pread(size, offset)
-            decoded = columns.decode(chunk, txid, piece.last_txid)
-            if decoded is None or (not decoded.consumed and len(chunk) < size):
+            # Read into a buffer the decode may overwrite (it checks the checksums in place).
+            buffer = np.empty(size + columns.SPARE_BYTES, np.uint8)
+            got = pread_into(buffer[:size].data, offset)
+            decoded = columns.decode_into(
+                buffer[: got + columns.SPARE_BYTES], txid, piece.last_txid
+            )
+            if decoded is None or (not decoded.consumed and got < size):
                 # Damage, an end before the summary's last txid, or an unusual frame: the
                 # journal's own reader reads on from here (and says what is wrong, if anything).
                 yield from read_records(piece, options, txid)

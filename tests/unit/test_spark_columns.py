@@ -19,6 +19,7 @@ import pyarrow as pa
 from amps.errors import CorruptRecord
 from amps.log import codec
 from amps.log.bookmarks import Bookmark
+from amps.log.compressed import COMPRESSED_SUFFIX
 from amps.log.journal import Journal
 from amps.log.records import QueueAction, QueueRecord, TransferRecord
 from amps.spark import columns, journal_read
@@ -258,3 +259,24 @@ def test_the_columns_are_the_codecs_records(frames: list[bytes]) -> None:
 def test_every_position_of_a_byte_is_found(data: bytes, byte: int) -> None:
     found = columns._positions(np.frombuffer(data, np.uint8), byte)
     assert found.tolist() == [i for i, b in enumerate(data) if b == byte]
+
+
+def test_compressed_segments_read_as_plain_ones(tmp_path: Path) -> None:
+    """The columnar read takes a compressed segment's bytes as a plain one's (pread_into)."""
+
+    async def write() -> None:
+        journal = Journal.open(tmp_path / "j", segment_size_bytes=8 * 1024)
+        for i in range(200):
+            journal.append_publish(
+                topic="t", data=b"x%d" % i * 20, publisher_id=3, seq=i + 1, timestamp_us=T0 + i
+            )
+        await journal.commit()
+        sealed = [s.first_txid for s in journal.segment_states()][:2]
+        await journal.compress_segments(sealed)
+        await journal.close()
+
+    asyncio.run(write())
+    assert len(list((tmp_path / "j").glob("*" + COMPRESSED_SUFFIX))) == 2
+    new, old = _both(tmp_path / "j", ReadOptions())
+    assert new.equals(old)
+    assert new.column("sequence").to_pylist() == list(range(1, 201))
