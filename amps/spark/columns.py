@@ -8,7 +8,8 @@ Python list per column; here a chunk of a segment becomes Arrow arrays built fro
   4-byte values at every byte offset, one index per frame; the chain of lengths checked from
   the chunk's first frame);
 - every frame's CRC32C is checked, all of a chunk's frames in one CRC call (`_checksums_hold`:
-  no Python step per record);
+  no Python step per record), in the read's own buffer (`decode_into`), once the columns are
+  built: the chunk is not copied for it;
 - the fixed fields of every publish are one numpy gather viewed through the codec's own layout
   (`codec._PUBLISH`, shared, not copied), strings are gathered into Arrow string arrays (UTF-8
   checked by Arrow), and the data bytes are copied by Arrow: a binary-view array over the chunk
