@@ -182,6 +182,8 @@ def _checksums_hold(
 
 
 SPARE_BYTES = 8  # after a chunk in decode_into's buffer: where the last frame's check goes
+SKIPPABLE = frozenset({"data", "bookmark", "publisher"})  # columns a read may leave unbuilt
+_NOTHING: frozenset[str] = frozenset()
 
 
 def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
@@ -194,10 +196,13 @@ def decode(chunk: bytes, from_txid: int, last_txid: int) -> Decoded | None:
     return decode_into(buffer, from_txid, last_txid)
 
 
-def decode_into(buffer: npt.NDArray[np.uint8], from_txid: int, last_txid: int) -> Decoded | None:
+def decode_into(
+    buffer: npt.NDArray[np.uint8], from_txid: int, last_txid: int, skip: frozenset[str] = _NOTHING
+) -> Decoded | None:
     """`decode` of the chunk in `buffer` but its last SPARE_BYTES, without a copy of it: the
     checksums are checked in the buffer itself, which this overwrites, once the columns are
-    built (each copies what it takes from the chunk, so the batch holds none of the buffer)."""
+    built (each copies what it takes from the chunk, so the batch holds none of the buffer).
+    Columns named in `skip` (of SKIPPABLE) are left null: a read that does not return them."""
     arr = buffer[:-SPARE_BYTES]
     found = _frames(arr)
     if found is None:
@@ -221,7 +226,7 @@ def decode_into(buffer: npt.NDArray[np.uint8], from_txid: int, last_txid: int) -
     wanted = (kinds == _KIND_PUBLISH) & (txids >= from_txid)
     batch = None
     if wanted.any():
-        batch = _publishes(arr, starts[wanted] + _HEADER, stops[wanted])
+        batch = _publishes(arr, starts[wanted] + _HEADER, stops[wanted], skip)
         if batch is None:
             return None
     # Last: the check overwrites the frames' headers (a damaged chunk's columns are dropped).
@@ -384,8 +389,10 @@ def _bookmarks(publisher: str, seqs: npt.NDArray[np.int64]) -> pa.Array | None:
 
 
 def _publishes(
-    arr: npt.NDArray[np.uint8], payloads: Int64s, stops: Int64s
+    arr: npt.NDArray[np.uint8], payloads: Int64s, stops: Int64s, skip: frozenset[str]
 ) -> pa.RecordBatch | None:
+    """The publishes' batch; the columns named in `skip` (`data`, `bookmark`, `publisher`: the
+    dearest, no check depends on them) are left null."""
     n = len(payloads)
     if ((stops - payloads) < _FIXED.size).any():
         return None
@@ -411,19 +418,26 @@ def _publishes(
         correlations = pa.nulls(n, pa.string())
     if topics is None or origins is None or groups is None or correlations is None:
         return None
-    data = _binary(arr, data_at, stops - data_at)
+    data = None if "data" in skip else _binary(arr, data_at, stops - data_at)
     ids = fixed["pub"]
     seqs = _numbers(fixed["seq"].astype(np.int64), pa.int64())
-    if (ids == ids[0]).all():  # one publisher (the usual chunk): one string, not a cast each
+    bookmarks: pa.Array | None = None
+    if {"bookmark", "publisher"} <= skip:
+        publishers = None
+    elif (ids == ids[0]).all():  # one publisher (the usual chunk): one string, not a cast each
         publisher = str(int(ids[0]))
         publishers = _repeated(publisher, n)
-        bookmarks = _bookmarks(publisher, fixed["seq"].astype(np.int64))
-        if bookmarks is None:
+        if "bookmark" not in skip:
+            bookmarks = _bookmarks(publisher, fixed["seq"].astype(np.int64))
+        if bookmarks is None and "bookmark" not in skip:
             prefix = _repeated(publisher, 1)[0]  # a scalar (pa.scalar imports pandas)
             bookmarks = pc.binary_join_element_wise(prefix, seqs.cast(pa.string()), _EMPTY, _BAR)
     else:
         publishers = _numbers(ids, pa.uint64()).cast(pa.string())
-        bookmarks = pc.binary_join_element_wise(publishers, seqs.cast(pa.string()), _EMPTY, _BAR)
+        if "bookmark" not in skip:
+            bookmarks = pc.binary_join_element_wise(
+                publishers, seqs.cast(pa.string()), _EMPTY, _BAR
+            )
     columns = [
         topics,
         bookmarks,
@@ -437,7 +451,11 @@ def _publishes(
         correlations,
         _repeated("publish", n),
     ]
-    columns += [
-        pa.nulls(n, ARROW_SCHEMA.field(i).type) for i in range(len(columns), len(ARROW_SCHEMA))
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    columns += [None] * (len(ARROW_SCHEMA) - len(columns))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.nulls(n, ARROW_SCHEMA.field(i).type) if column is None else column
+            for i, column in enumerate(columns)
+        ],
+        schema=ARROW_SCHEMA,
+    )

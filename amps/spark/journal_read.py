@@ -146,6 +146,8 @@ def read(piece: JournalPiece | JournalPart, options: ReadOptions) -> Iterator[pa
         yield from read_records(piece, options, piece.first_txid)
         return
     keep_topic = _topic_mask(options.topic)
+    # Columns the read does not return are not built (the batch is cut to them later).
+    skip = columns.SKIPPABLE - set(options.columns) if options.columns else frozenset()
     segment = piece.segment
     files = SegmentFiles(lambda _first_txid: Path(piece.path), 1)
     try:
@@ -160,7 +162,7 @@ def read(piece: JournalPiece | JournalPart, options: ReadOptions) -> Iterator[pa
             buffer = np.empty(size + columns.SPARE_BYTES, np.uint8)
             got = pread_into(buffer[:size].data, offset)
             decoded = columns.decode_into(
-                buffer[: got + columns.SPARE_BYTES], txid, piece.last_txid
+                buffer[: got + columns.SPARE_BYTES], txid, piece.last_txid, skip
             )
             if decoded is None or (not decoded.consumed and got < size):
                 # Damage, an end before the summary's last txid, or an unusual frame: the

@@ -57,6 +57,9 @@ class ReadOptions:
     # A journal read's range is cut into at least this many pieces of about the same size, so
     # that every core reads (Kafka's source has the same option).
     min_partitions: int = 1
+    # The columns a batch read returns, in this order, when the reader was given a schema of
+    # some of the source's columns (`.schema(...)`); empty: every column.
+    columns: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:

@@ -60,6 +60,35 @@ SCHEMA_DDL = (
 
 _COLUMNS = ARROW_SCHEMA.names
 
+# Spark's names of the schema's types (StructField.dataType.simpleString()).
+_SPARK_TYPES = {
+    part.split(" ")[0]: part.split(" ", 1)[1].replace("long", "bigint")
+    for part in SCHEMA_DDL.split(", ")
+}
+
+
+def projection(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """The columns a schema given to the reader (`.schema(...)`: (name, Spark type) pairs)
+    selects, in its order; () when it is the whole schema. Each must be one of the source's
+    columns with its type, or InvalidOptions says which is not."""
+    from amps.errors import InvalidOptions
+
+    names = tuple(name for name, _kind in fields)
+    if names == tuple(_COLUMNS):
+        return ()
+    for name, kind in fields:
+        if name not in _SPARK_TYPES:
+            raise InvalidOptions(
+                f"schema column {name!r} is not one of the source's: {', '.join(_COLUMNS)}"
+            )
+        if kind != _SPARK_TYPES[name]:
+            raise InvalidOptions(
+                f"schema column {name!r} is {kind}, the source's is {_SPARK_TYPES[name]}"
+            )
+    if len(set(names)) != len(names):
+        raise InvalidOptions("a schema column is given twice")
+    return names
+
 
 def _nulls(name: str, count: int) -> pa.Array:
     return pa.nulls(count, ARROW_SCHEMA.field(name).type)

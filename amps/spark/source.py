@@ -17,7 +17,7 @@ require_spark()
 
 import sys  # noqa: E402
 from collections.abc import Iterator, Sequence  # noqa: E402
-from dataclasses import asdict  # noqa: E402
+from dataclasses import asdict, replace  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
@@ -35,7 +35,7 @@ from pyspark.sql.types import StructType  # noqa: E402
 
 from amps.errors import InvalidOptions  # noqa: E402
 from amps.spark.options import ReadOptions, servers  # noqa: E402
-from amps.spark.rows import SCHEMA_DDL  # noqa: E402
+from amps.spark.rows import SCHEMA_DDL, projection  # noqa: E402
 
 if TYPE_CHECKING:
     from amps.spark import sink
@@ -53,6 +53,10 @@ class AmpsDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         read = ReadOptions.parse(self.options)
+        # A schema of some of the columns (`.schema("topic string, data binary")`): only those
+        # are built (Spark itself hands a Python data source no pruned schema).
+        fields = [(field.name, field.dataType.simpleString()) for field in schema.fields]
+        read = replace(read, columns=projection(fields))
         found = servers(self.options)
         path = self.options.get("path", "")
         if not path and not found:
@@ -117,6 +121,8 @@ def _read(partition: InputPartition, options: ReadOptions) -> Iterator[pa.Record
     # imported that module, and only that one.
     read: Any = sys.modules[type(piece).__module__].read
     batches: Iterator[pa.RecordBatch] = read(piece, options)
+    if options.columns:
+        return (batch.select(options.columns) for batch in batches)
     return batches
 
 

@@ -108,6 +108,27 @@ def test_topic_filter_and_bookmark_range_select_rows(
     )
 
 
+def test_a_schema_of_some_columns_reads_only_those(
+    spark: SparkSession,
+    instance: InstanceProcess,
+    published: dict[str, list[tuple[str, dict[str, object]]]],
+) -> None:
+    """`.schema(...)` of some of the source's columns, in any order: those are the rows'
+    columns (the others are not built); a column the source has not is refused by name."""
+    path = _journal(instance)
+    df = spark.read.format("amps").schema("txid long, topic string").option("topic", "trades")
+    rows = df.load(path).collect()
+    assert df.load(path).columns == ["txid", "topic"]
+    everything = spark.read.format("amps").option("topic", "trades").load(path)
+    assert sorted((r.txid, r.topic) for r in rows) == sorted(
+        (r.txid, r.topic) for r in everything.collect()
+    )
+    trades = sum(1 for sent in published.values() for topic, _body in sent if topic == "trades")
+    assert len(rows) == trades
+    with pytest.raises(Exception, match="schema column 'price' is not one of the source's"):
+        spark.read.format("amps").schema("price double").load(path).collect()
+
+
 def test_the_same_rows_read_from_the_running_instance(
     spark: SparkSession,
     instance: InstanceProcess,

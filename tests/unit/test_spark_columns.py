@@ -16,7 +16,7 @@ pytest.importorskip("pyarrow", reason="the Spark source needs pip install 'amps[
 import numpy as np
 import pyarrow as pa
 
-from amps.errors import CorruptRecord
+from amps.errors import CorruptRecord, InvalidOptions
 from amps.log import codec
 from amps.log.bookmarks import Bookmark
 from amps.log.compressed import COMPRESSED_SUFFIX
@@ -24,7 +24,7 @@ from amps.log.journal import Journal
 from amps.log.records import QueueAction, QueueRecord, TransferRecord
 from amps.spark import columns, journal_read
 from amps.spark.options import ReadOptions
-from amps.spark.rows import records_batch
+from amps.spark.rows import _SPARK_TYPES, projection, records_batch
 
 T0 = 1_800_000_000_000_000
 
@@ -280,3 +280,27 @@ def test_compressed_segments_read_as_plain_ones(tmp_path: Path) -> None:
     new, old = _both(tmp_path / "j", ReadOptions())
     assert new.equals(old)
     assert new.column("sequence").to_pylist() == list(range(1, 201))
+
+
+def test_a_read_of_some_columns_skips_the_others(tmp_path: Path) -> None:
+    """A read of some columns (a schema given to the reader) returns what the whole read does
+    for them: skipped columns (data, bookmark, publisher) are built only when asked for."""
+    _journal(tmp_path / "j", [b"body-%d" % i for i in range(300)])
+    whole = _both(tmp_path / "j", ReadOptions())[0]
+    for chosen in (("txid", "topic"), ("data", "txid"), ("bookmark",), ("publisher", "topic")):
+        options = ReadOptions(columns=chosen)
+        pieces = journal_read.plan(str(tmp_path / "j"), options)
+        batches = [b for p in pieces for b in journal_read.read(p, options)]
+        got = pa.Table.from_batches(batches, batches[0].schema)
+        assert got.select(list(chosen)).equals(whole.select(list(chosen))), chosen
+        for name in {"data", "bookmark"} - set(chosen):  # the dearest (publisher makes bookmarks)
+            assert got.column(name).null_count == got.num_rows, name
+
+
+def test_a_schema_must_name_the_sources_columns_with_their_types() -> None:
+    assert projection([(name, kind) for name, kind in _SPARK_TYPES.items()]) == ()
+    assert projection([("data", "binary"), ("txid", "bigint")]) == ("data", "txid")
+    with pytest.raises(InvalidOptions, match="'price' is not one of the source's"):
+        projection([("price", "double")])
+    with pytest.raises(InvalidOptions, match="'txid' is int, the source's is bigint"):
+        projection([("txid", "int")])
