@@ -50,9 +50,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("amps.server")
 T = TypeVar("T")
 
-# mallopt parameter number of M_MMAP_THRESHOLD (glibc malloc.h) and the value we fix it at.
+# mallopt parameter numbers (glibc malloc.h) and the values we fix them at. Blocks up to a
+# replication batch's size (1 MiB and one record: the journal read, the batch's bytes, gRPC's
+# copy of them, the peer's received message) come from the heap and are reused; larger ones
+# (a queue snapshot's whole-queue columns) are mapped and unmapped. The trim threshold keeps
+# a few such blocks at the top of the heap instead of giving each back and faulting it in
+# again (256 page faults per MiB).
+M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 128 * 1024
+MMAP_THRESHOLD_BYTES = 1280 * 1024
+TRIM_THRESHOLD_BYTES = 4 << 20
 
 REPLICATION_PATH = "/amps/instance/replication"
 REPLICATION_ACTIONS_PATH = "/amps/administrator/replication/"
@@ -582,18 +589,22 @@ async def serve(config: Config, base_directory: Path) -> None:
 
 
 def fix_malloc_mmap_threshold() -> None:
-    """Keep glibc returning large freed blocks to the system.
+    """Keep glibc returning large freed blocks to the system, and reusing batch-sized ones.
 
     glibc raises its mmap threshold each time a large block is freed, after which blocks of that
     size come from the heap and stay resident when freed. Queue snapshots build and drop column
     copies of the size of the queue, so without a fixed threshold each one would leave its size
-    in the resident set. A no-op where glibc is not the allocator.
+    in the resident set. Below it, a replication link's 1 MiB buffers (several per batch, on
+    both sides) are reused rather than mapped, faulted in page by page and unmapped each time
+    (at 128 KiB, up to 0.8 faults and ~2 us of system time per record caught up). A no-op where
+    glibc is not the allocator.
     """
     if not sys.platform.startswith("linux"):
         return
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
     except (OSError, AttributeError):
         log.debug("mallopt is not available; leaving the allocator as it is")
 
