@@ -319,6 +319,7 @@ class Ownership:
         # Live messages a record moved from their initial owner at epoch 0: what a snapshot
         # stores (the rest it derives from the queue's messages and their origins).
         self._moved: set[MessageKey] = set()
+        self._unrestored = 0  # live messages a restore has yet to add (`restore_entries`)
         self._owned = 0
         self._transferred_in = 0
         self._transferred_out = 0
@@ -369,7 +370,7 @@ class Ownership:
 
     def live_count(self) -> int:
         """Messages whose ownership is tracked here (entered and not removed)."""
-        return len(self._entries)
+        return len(self._entries) + self._unrestored
 
     def statistics(self) -> OwnershipStatistics:
         return OwnershipStatistics(
@@ -544,6 +545,7 @@ class Ownership:
 
     def snapshot(self) -> OwnershipSnapshot:
         """The state to restore after a restart: the moved messages only (O(moved))."""
+        assert not self._unrestored, "a restore not finished (restore_entries)"
         entries = self._entries
         keys = sorted(self._moved)
         rows = list(map(entries.__getitem__, keys))
@@ -569,75 +571,90 @@ class Ownership:
         cls,
         here: str,
         snap: OwnershipSnapshot,
-        keys: list[MessageKey],
         initial: Sequence[tuple[int, str]],
+        moved_initial: Sequence[str],
         *,
         request_timeout_ms: int,
         max_early_records: int = 65_536,
         max_removed_remembered: int = 65_536,
     ) -> Ownership:
-        """A machine in the state `snap` describes over the live messages `keys` (in the
-        order they entered), whose initial owners are `initial`, runs of (count, owner) in
-        the same order; ValueError if they do not describe one (a damaged snapshot: the
-        caller replays the log instead)."""
+        """A machine in the state `snap` describes over live messages whose initial owners
+        are `initial`, runs of (count, owner) in the order they entered; `moved_initial`: the
+        initial owner of each moved message, in the snapshot's order. It knows the moved
+        messages now; `restore_entries` adds the others, in order, in steps (a restart serves
+        its consumers before it has built one entry per message). ValueError if they do not
+        describe one (a damaged snapshot: the caller replays the log instead)."""
         machine = cls(
             here,
             request_timeout_ms=request_timeout_ms,
             max_early_records=max_early_records,
             max_removed_remembered=max_removed_remembered,
         )
-        count = len(keys)
-        if snap.live != count or sum(map(itemgetter(0), initial)) != count:
+        count = sum(map(itemgetter(0), initial))
+        if snap.live != count:
             raise ValueError(
                 f"ownership snapshot tracks {snap.live} messages, the queue holds {count}"
             )
-        # Equal entries are shared until one changes (`_unshared`): no object per message.
-        shared: dict[str, _Entry] = {}
-        rows: list[_Entry] = []
-        owned = 0
-        for run, owner in initial:
-            entry = shared.get(owner)
-            if entry is None:
-                state = S.OWNED_HERE if owner == here else S.OWNED_ELSEWHERE
-                entry = shared[owner] = _Entry(state, owner, 0)
-            rows.extend(repeat(entry, run))
-            if owner == here:
-                owned += run
-        entries = machine._entries = dict(zip(keys, rows, strict=True))
-        if len(entries) != count:
-            raise ValueError("ownership snapshot names a message twice")
-        machine._shared = {id(entry): entry for entry in shared.values()}
-        machine._plain = {(entry.state, entry.owner): entry for entry in shared.values()}
         names = snap.names
         moved_count = len(snap.states)
-        columns = (snap.publisher_ids, snap.seqs, snap.owners, snap.epochs)
+        columns = (snap.publisher_ids, snap.seqs, snap.owners, snap.epochs, moved_initial)
         if any(len(c) != moved_count for c in columns):
             raise ValueError("ownership snapshot columns differ in length")
         if moved_count and (max(snap.owners) >= len(names) or min(snap.epochs) < 0):
             raise ValueError("ownership snapshot names an unknown owner or a negative epoch")
         if 1 in snap.states.translate(_BAD_CODES):
             raise ValueError("ownership snapshot has an unknown state")
+        owned = sum(run for run, owner in initial if owner == here)
+        entries = machine._entries
         keys_moved = zip(snap.publisher_ids, snap.seqs, strict=True)
-        moved = zip(keys_moved, snap.states, snap.owners, snap.epochs, strict=True)
-        for key, code, owner_index, epoch in moved:
-            before = entries.get(key)
+        moved = zip(keys_moved, snap.states, snap.owners, snap.epochs, moved_initial, strict=True)
+        for key, code, owner_index, epoch, first_owner in moved:
             state, owner = STATE_CODES[code], names[owner_index]
-            if before is None or key in machine._moved:
+            if key in entries:
                 raise ValueError(f"ownership snapshot moves message {key}, not held once here")
             if (state in _OWNED) != (owner == here):
                 raise ValueError("ownership snapshot owns messages here that name another owner")
-            owned += (state in _OWNED) - (before.state in _OWNED)
+            owned += (state in _OWNED) - (first_owner == here)
             entries[key] = _Entry(state, owner, epoch)
-            machine._moved.add(key)
+        machine._moved = set(entries)
         machine._owned = owned
+        machine._unrestored = count - moved_count
         for record in snap.early[-max_early_records:]:
             machine._early[record.key] = record
         machine._removed = OrderedDict.fromkeys(snap.removed[-max_removed_remembered:])
-        # A view of the entries, so the check walks the smaller side (the removed remembered,
-        # 65,536 at most), not every live message.
         if not machine._removed.keys().isdisjoint(entries.keys()):
             raise ValueError("ownership snapshot holds a removed message")
         return machine
+
+    @property
+    def restoring(self) -> bool:
+        """Whether `restore_entries` has messages left to add."""
+        return self._unrestored > 0
+
+    def restore_entries(self, keys: list[MessageKey], initial: Sequence[tuple[int, str]]) -> None:
+        """Add the next live messages of a restore, `keys` in the order they entered, whose
+        initial owners are the runs `initial` (the moved among them keep their restored
+        state). A key twice is a ValueError (a damaged snapshot)."""
+        entries = self._entries
+        shared = self._plain
+        rows: list[_Entry] = []
+        for run, owner in initial:
+            state = S.OWNED_HERE if owner == self.here else S.OWNED_ELSEWHERE
+            # Equal entries are shared until one changes (`_unshared`): no object per message.
+            entry = shared.get((state, owner))
+            if entry is None:
+                entry = shared[(state, owner)] = _Entry(state, owner, 0)
+                self._shared[id(entry)] = entry
+            rows.extend(repeat(entry, run))
+        moved = self._moved
+        kept = {key: entries[key] for key in moved.intersection(keys)} if moved else {}
+        before = len(entries)
+        entries.update(zip(keys, rows, strict=True))
+        entries.update(kept)
+        added = len(entries) - before
+        if added != len(keys) - len(kept) or added > self._unrestored:
+            raise ValueError("ownership snapshot names a message twice")
+        self._unrestored -= added
 
     # -- handlers --------------------------------------------------------------------------
 

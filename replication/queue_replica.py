@@ -27,6 +27,13 @@ Rule 5: only the owner removes a message for a reason of its own (Expiration, Ma
 Rule 6: the ordering contract of `Action` below: an `AppendOwnership` must be durable in the
         local log before any later `SendOwnership`, `Deliver` or `DeliverBarrier` of the same
         list is performed (and the engine's own rule for at-most-once removals holds).
+Rule 7: a restart serves before it has indexed every message (Q16). A restore from a snapshot
+        checks the whole snapshot and restores the engine, whose flags already say which
+        messages are owned here, and the moved messages' ownership; each message's bookmark,
+        ownership entry and place in the waiting order come in bounded steps
+        (`restore_step`). Until the last step only a subscription, a disconnect and time
+        (leases, expiry) are served, from the engine alone, and no transfer is requested;
+        any other input, and any step that removes a message, finishes the index first.
 
 Actions are the engine's (`Deliver`, `DeliverBarrier`, `RecordRemoval`, `PublishDeadLetter`)
 and the ownership machine's `AppendOwnership`, `SendOwnership` and `SendTransferRequest`; its
@@ -39,10 +46,10 @@ This is the API the server (`amps/server/queues.py`) and the cluster simulation
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, islice, repeat
+from itertools import accumulate, compress, islice, repeat
 from typing import Literal, cast
 
 from amps.queue import (
@@ -61,6 +68,7 @@ from amps.queue import (
     Unsubscribed,
 )
 from amps.queue import Action as EngineAction
+from amps.queue.recovery import BookmarkRun
 from replication.initial_owners import InitialOwners
 from replication.latency import LatencyOptions, TransferLatencies
 from replication.ownership import Action as OwnershipAction
@@ -82,6 +90,9 @@ from replication.ownership import (
 )
 
 _NOT = bytes(b == 0 for b in range(256))  # a barrier flag -> 1 for a message ownership tracks
+
+RESTORE_STEP_MESSAGES = 32_768
+"""Messages a staged restore indexes per step (~20 ms of CPU): the loop serves between steps."""
 
 QueueKind = Literal["Queue", "GroupLocalQueue", "LocalQueue"]
 
@@ -149,8 +160,11 @@ class QueueReplica:
         self.engine = engine
         self.options = options
         self.tracks_ownership = options.replicated and options.kind != "LocalQueue"
-        self.ownership = ownership or Ownership(here, request_timeout_ms=options.request_timeout_ms)
-        assert self.ownership.here == here
+        timeout_ms = options.request_timeout_ms
+        self._ownership = ownership or Ownership(here, request_timeout_ms=timeout_ms)
+        assert self._ownership.here == here
+        # What a staged restore has yet to index (`restored`, Rule 7); None otherwise.
+        self._unindexed: _Unindexed | None = None
         self.latencies = TransferLatencies(options.latency)
         self._key_of: dict[int, MessageKey] = {}  # txid -> bookmark, messages in ownership
         # Messages owned elsewhere here, in arrival order: key -> (txid, arrived_ms, the owner
@@ -177,60 +191,160 @@ class QueueReplica:
         """The replica around an engine restored from `snapshot` and the ownership `owned`
         and `initial` describe (Q16), its glue as replaying the log at `now_ms` leaves it:
         every message owned elsewhere waits from now, in txid order. ValueError if they do
-        not describe the same messages."""
+        not describe the same messages.
+
+        Staged (Rule 7): what is checked and what delivery needs is built now; the index of
+        every message (its bookmark, its ownership entry, its place in the waiting order) is
+        built by `restore_step`, a bounded step at a time, so a restarted instance serves its
+        consumers first. Any input that needs the index finishes it at once."""
         replica = cls(here, engine, options)
         if not replica.tracks_ownership:
             raise ValueError("a queue without ownership has no ownership to restore")
-        key_of = snapshot.bookmark_of()
         txids = snapshot.txids
-        barriers = snapshot.barrier_flags
-        plain = barriers.translate(_NOT)  # 1 for each message ownership tracks
+        plain = snapshot.barrier_flags.translate(_NOT)  # 1 for each message ownership tracks
         tracked: Sequence[int] = txids
         if plain.count(0):
             tracked = array("q", compress(txids, plain))
         flags = snapshot.elsewhere_flags
         flags = bytes(compress(flags, plain)) if flags else bytes(len(tracked))
-        try:
-            keys = list(map(key_of.__getitem__, tracked))
-        except KeyError:
-            raise ValueError("the queue snapshot lacks a message's bookmark") from None
         runs = initial.runs_over(tracked)
-        ownership = Ownership.restore(
-            here, owned, keys, runs, request_timeout_ms=options.request_timeout_ms
-        )
+        bookmarks = snapshot.bookmark_runs
+        staged = not snapshot.unordered_bookmarks
+        if staged:
+            _check_bookmarks(bookmarks, len(txids), owned.removed)
+        else:  # never written by a sane instance: each publisher's in txid order, indexed now
+            by_publisher: dict[int, list[tuple[int, int]]] = {}
+            for txid, (publisher_id, seq) in sorted(snapshot.bookmark_of().items()):
+                by_publisher.setdefault(publisher_id, []).append((txid, seq))
+            bookmarks = tuple(
+                BookmarkRun(p, array("Q", [s for _, s in rows]), array("q", [t for t, _ in rows]))
+                for p, rows in by_publisher.items()
+            )
         # The engine's view (owned elsewhere or not) is the machine's, message by message;
         # a waiting message's arrival is tracked by its owner's estimator while at epoch 0,
         # as a replay that saw each enter leaves it.
         expected = bytearray()
-        owners: list[str] = []
         for count, owner in runs:
             expected += bytes((owner != here,)) * count
-            owners += repeat(owner, count)
-        for key in ownership.moved():
+        moved_keys = list(zip(owned.publisher_ids, owned.seqs, strict=True))
+        moved_at: dict[int, str] = {}  # position in `tracked` -> the owner its wait tracks
+        moved_initial: list[str] = []
+        starts = list(accumulate((count for count, _ in runs), initial=0))
+        for key, owner_index, epoch in zip(moved_keys, owned.owners, owned.epochs, strict=True):
             at = bisect_left(tracked, engine.txid_of(key) or 0)
-            if at == len(tracked) or keys[at] != key:
+            if at == len(tracked) or at in moved_at or engine.txid_of(key) != tracked[at]:
                 raise ValueError(f"ownership snapshot moves message {key}, not in the queue")
+            if owner_index >= len(owned.names):
+                raise ValueError("ownership snapshot names an unknown owner or a negative epoch")
+            owner = owned.names[owner_index]
+            moved_at[at] = owner if epoch == 0 else ""
+            moved_initial.append(runs[bisect_right(starts, at) - 1][1])
+        ownership = Ownership.restore(
+            here, owned, runs, moved_initial, request_timeout_ms=options.request_timeout_ms
+        )
+        for at, key in zip(moved_at, moved_keys, strict=True):
             expected[at] = not ownership.owned_here(key)
-            owner_epoch = ownership.owner_of(key)
-            assert owner_epoch is not None
-            owners[at] = owner_epoch[0] if owner_epoch[1] == 0 else ""
         if expected != flags:
             raise ValueError("ownership snapshot owns here a message the queue holds elsewhere")
-        replica.ownership = ownership
+        # The owners whose estimators track a waiting message's arrival (a moved message's,
+        # its owner's at epoch 0): listed from now on, as an arrival lists them.
+        positions = sorted(moved_at)
+        waited = {owner for at, owner in moved_at.items() if flags[at]}
+        for (count, owner), start in zip(runs, starts, strict=False):
+            moved = positions[bisect_left(positions, start) : bisect_left(positions, start + count)]
+            if flags.count(1, start, start + count) > sum(flags[at] for at in moved):
+                waited.add(owner)
+        for owner in waited - {"", here}:
+            replica.latencies.of(owner)
+        replica._ownership = ownership
         replica._initial = initial
-        replica._key_of = key_of
-        elsewhere = list(compress(tracked, flags))
-        keys = list(compress(keys, flags))
-        owners = list(compress(owners, flags))
-        waiting = dict(zip(keys, zip(elsewhere, repeat(now_ms), owners), strict=True))
-        for owner in set(owners) - {""}:
-            replica.latencies.of(owner)  # listed from now on, as an arrival lists it
-        replica._waiting = waiting
+        replica._unindexed = _Unindexed(
+            tracked, flags, bookmarks, moved_at, positions, runs, starts, now_ms
+        )
+        if not staged:
+            replica._index_all()
         return replica
+
+    @property
+    def restoring(self) -> bool:
+        """Whether a staged restore still has messages to index (`restore_step`)."""
+        return self._unindexed is not None
+
+    def restore_step(self, now_ms: int) -> list[ReplicaAction]:
+        """Index the next `RESTORE_STEP_MESSAGES` messages of a staged restore; after the last,
+        ask for the waiting messages local subscribers could take (Rule 4)."""
+        if self._unindexed is None:
+            return []
+        self._index_next()
+        out: list[ReplicaAction] = []
+        if self._unindexed is None:
+            self._request_waiting(now_ms, out)
+        return out
+
+    @property
+    def ownership(self) -> Ownership:
+        """The ownership machine (a staged restore is finished first: its entries are whole)."""
+        if self._unindexed is not None:
+            self._index_all()
+        return self._ownership
+
+    def _index_all(self) -> None:
+        """Finish a staged restore now (an input that needs the whole index came)."""
+        while self._unindexed is not None:
+            self._index_next()
+
+    def _index_next(self) -> None:
+        """One step of a staged restore: bookmarks, ownership entries and waiting places of
+        the next messages in txid order (restored messages wait before any later arrival)."""
+        pending = self._unindexed
+        assert pending is not None
+        tracked = pending.tracked
+        first = pending.done
+        last = min(len(tracked), first + RESTORE_STEP_MESSAGES)
+        step = tracked[first:last]
+        # This step's bookmarks, from each publisher's run: every message after the last
+        # step's last tracked one up to this step's (barriers included, as a whole snapshot's
+        # bookmarks hold them: a barrier's removal names it by txid), the rest at the end.
+        key_of = self._key_of
+        after = tracked[first - 1] if first else None
+        through = step[-1] if last < len(tracked) else None
+        for run in pending.bookmarks:
+            run_txids = run.txids
+            a = 0 if after is None else bisect_right(run_txids, after)
+            b = len(run_txids) if through is None else bisect_right(run_txids, through)
+            if a < b:
+                pairs = zip(repeat(run.publisher_id), run.seqs[a:b])
+                key_of.update(zip(run_txids[a:b], pairs, strict=True))
+        try:
+            keys = list(map(key_of.__getitem__, step))
+        except KeyError:
+            raise ValueError("the queue snapshot lacks a message's bookmark") from None
+        # The runs of initial owners over this step, cut from the whole restore's.
+        starts, runs = pending.starts, pending.runs
+        index = bisect_right(starts, first) - 1
+        step_runs: list[tuple[int, str]] = []
+        while index < len(runs) and starts[index] < last:
+            end = min(last, starts[index + 1])
+            step_runs.append((end - max(first, starts[index]), runs[index][1]))
+            index += 1
+        self._ownership.restore_entries(keys, step_runs)
+        flags = pending.flags[first:last]
+        owners: list[str] = []
+        for count, owner in step_runs:
+            owners += repeat(owner, count)
+        moved = pending.moved_positions
+        for at in moved[bisect_left(moved, first) : bisect_left(moved, last)]:
+            owners[at - first] = pending.moved_at[at]
+        waits = zip(compress(step, flags), repeat(pending.now_ms), compress(owners, flags))
+        self._waiting.update(zip(compress(keys, flags), waits))  # noqa: B905 (as long)
+        pending.done = last
+        if last == len(tracked):
+            self._unindexed = None
 
     def initial_owners(self, first_txid: int) -> InitialOwners:
         """The initial owners of the messages from `first_txid` on (a snapshot's), the older
         runs forgotten."""
+        self._index_all()
         self._initial.prune(first_txid)
         return self._initial
 
@@ -247,15 +361,17 @@ class QueueReplica:
 
     def owned_here(self, key: MessageKey) -> bool:
         """R2: whether this instance may deliver the message now."""
+        self._index_all()
         if not self.tracks_ownership:
             return self.engine.txid_of(key) is not None
         return self.ownership.owned_here(key)
 
     def state_of(self, key: MessageKey) -> OwnershipState | None:
+        self._index_all()
         return self.ownership.state_of(key) if self.tracks_ownership else None
 
     def statistics(self) -> ReplicaStatistics:
-        counts = self.ownership.statistics()
+        counts = self._ownership.statistics()  # whole during a staged restore too
         estimates = self.latencies.estimates_ms()
         return ReplicaStatistics(
             owned=counts.owned,
@@ -267,7 +383,7 @@ class QueueReplica:
             requests_unanswered=counts.requests_unanswered,
             proxied_claims=counts.proxied_claims,
             superseded_records=counts.superseded_records,
-            proxied_transfer=self.ownership.proxied_transfer,
+            proxied_transfer=self._ownership.proxied_transfer,
             latency_estimate_ms=max(estimates.values(), default=self.options.latency.default_ms),
             latency_estimates_ms=estimates,
         )
@@ -278,7 +394,7 @@ class QueueReplica:
             d
             for d in (
                 self.engine.next_deadline_ms(),
-                self.ownership.next_deadline_ms() if self.tracks_ownership else None,
+                self._ownership.next_deadline_ms() if self.tracks_ownership else None,
                 self._scan_deadline_ms,
             )
             if d is not None
@@ -292,6 +408,7 @@ class QueueReplica:
     ) -> list[ReplicaAction]:
         """Messages logged here, in txid order: `origins[i]` is the instance where a client
         published `messages[i]` (this one for a local publish). Replays at recovery too."""
+        self._index_all()
         assert len(messages) == len(origins)
         if not self.tracks_ownership:
             return list(self.engine.handle_many(messages, now_ms))
@@ -339,6 +456,7 @@ class QueueReplica:
         adapter's path for a step's durable publishes. One owner for the whole step (every
         publish of one origin, or a GroupLocalQueue) goes in bulk, on the owner and on a peer
         holding the copy; anything else as `published`."""
+        self._index_all()
         engine = self.engine
         if not self.tracks_ownership:
             return list(engine.publish_plain(txids, publisher_ids, seqs, timestamps_ms, now_ms))
@@ -370,6 +488,7 @@ class QueueReplica:
 
     def acked(self, event: Acked | AckedByFilter, now_ms: int) -> list[ReplicaAction]:
         """A client's `sow_delete` on this instance (Q10-Q12); its removal records replicate."""
+        self._index_all()
         out: list[ReplicaAction] = []
         self._engine_actions(self.engine.handle(event, now_ms), now_ms, out)
         self._request_waiting(now_ms, out)
@@ -387,6 +506,7 @@ class QueueReplica:
         remembered (the deferred acks, DeferredAckExpiration). A barrier here is this
         instance's own to release or expire (Rule 2, R6): a peer's removal of it (an older
         peer replicated its barrier expiries) is ignored."""
+        self._index_all()
         keys = list(bookmarks)
         engine = self.engine
         if engine.policy.has_barrier:
@@ -419,6 +539,7 @@ class QueueReplica:
         now_ms: int,
     ) -> list[ReplicaAction]:
         """Recovery (Q16): this instance's own log says these messages already left."""
+        self._index_all()
         if self.tracks_ownership:
             key_of = self._key_of
             known = [t for t in txids if t in key_of]
@@ -436,6 +557,7 @@ class QueueReplica:
         self, records: Iterable[OwnershipRecord], now_ms: int
     ) -> list[ReplicaAction]:
         """`ownership_recorded` of each record in turn, as one engine step."""
+        self._index_all()
         if not self.tracks_ownership:
             return []
         out = self._due_first(now_ms)
@@ -460,6 +582,7 @@ class QueueReplica:
         duplicate (L4): a publisher failed over and republished it (issue 9). For a `Queue`
         whose copy here has another epoch-0 owner, the lower origin name wins (ownership
         Rule 3), written to the log first so recovery and snapshots rebuild the choice."""
+        self._index_all()
         if not self.tracks_ownership or self.options.kind != "Queue":
             return []
         current = self.ownership.owner_of(key)
@@ -479,6 +602,7 @@ class QueueReplica:
         self, keys: Iterable[MessageKey], requester: str, now_ms: int
     ) -> list[ReplicaAction]:
         """`transfer_requested` of each key in turn (one request frame), as one engine step."""
+        self._index_all()
         if not self.tracks_ownership or requester == self.here:
             return []
         engine = self.engine
@@ -495,8 +619,10 @@ class QueueReplica:
         return out
 
     def handle(self, event: EngineInput, now_ms: int) -> list[ReplicaAction]:
-        """Subscriptions, disconnects and recovered removals, as the engine takes them."""
+        """Subscriptions, disconnects and recovered removals, as the engine takes them. During
+        a staged restore a subscription is served from the engine alone (Rule 7)."""
         if isinstance(event, MessageRemoved):
+            self._index_all()
             if event.txid is not None:
                 key = self._key_of.get(event.txid)
                 keys = [] if key is None else [key]
@@ -514,7 +640,7 @@ class QueueReplica:
         became old enough to ask for (R4)."""
         out: list[ReplicaAction] = []
         if self.tracks_ownership:
-            due = self.ownership.next_deadline_ms()
+            due = self._ownership.next_deadline_ms()  # none during a staged restore
             if due is not None and due <= now_ms:
                 moves: list[OwnershipMoved] = []
                 self._ownership_actions(self.ownership.on_deadline(now_ms), now_ms, out, moves)
@@ -526,6 +652,7 @@ class QueueReplica:
 
     def reachability_changed(self, unreachable: Iterable[str], now_ms: int) -> list[ReplicaAction]:
         """The owners not heard from, by any path, within the configured interval (R7)."""
+        self._index_all()
         self.ownership.unreachable = frozenset(unreachable) - {self.here}
         out: list[ReplicaAction] = []
         self._request_waiting(now_ms, out)
@@ -534,6 +661,7 @@ class QueueReplica:
     def proxied_transfer_switched(self, enabled: bool, now_ms: int) -> list[ReplicaAction]:
         """An administrator switched proxied transfer for this queue here (R7). Switching it
         on moves nothing by itself; a waiting local taker then claims instead of asking."""
+        self._index_all()
         self.ownership.proxied_transfer = enabled and self.tracks_ownership
         out: list[ReplicaAction] = []
         self._request_waiting(now_ms, out)
@@ -541,6 +669,7 @@ class QueueReplica:
 
     def check_invariants(self) -> None:
         """Cross-checks of the engine, the machine and the glue; for tests and simulation."""
+        self._index_all()
         self.engine.check_invariants()
         if not self.tracks_ownership:
             return
@@ -630,6 +759,8 @@ class QueueReplica:
         self, actions: list[EngineAction], now_ms: int, out: list[ReplicaAction]
     ) -> None:
         """Pass the engine's actions on; a message that left tells the ownership machine."""
+        if self._unindexed is not None and any(type(a) is RecordRemoval for a in actions):
+            self._index_all()  # a staged restore's index must hold the message to forget it
         if self.tracks_ownership:
             pop = self._key_of.pop
             found = [pop(a.txid, None) for a in actions if type(a) is RecordRemoval]
@@ -723,8 +854,8 @@ class QueueReplica:
         owners' estimates longer than it would have to); at most `max_scan` are looked at.
         """
         self._scan_deadline_ms = None
-        if not self._waiting:
-            return
+        if not self._waiting or self._unindexed is not None:
+            return  # a staged restore asks once its last step has put every message in order
         engine = self.engine
         ownership = self.ownership
         room = engine.free_backlog() - len(self._asked)
@@ -752,3 +883,38 @@ class QueueReplica:
             if ownership.state_of(key) is requested:
                 asked[key] = waiting.pop(key)
         self._move(moves, now_ms, out)
+
+
+@dataclass(slots=True)
+class _Unindexed:
+    """What a staged restore has yet to index: `tracked[done:]` (Rule 7)."""
+
+    tracked: Sequence[int]  # the txids of the messages ownership tracks, increasing
+    flags: bytes  # 1 for each owned elsewhere (waiting here)
+    bookmarks: tuple[BookmarkRun, ...]  # each publisher's bookmarks, txids increasing
+    moved_at: dict[int, str]  # position of a moved message -> the owner its wait tracks
+    moved_positions: list[int]  # sorted
+    runs: list[tuple[int, str]]  # initial owners over `tracked`: (count, owner)
+    starts: list[int]  # each run's first position, and the end
+    now_ms: int  # when the restored messages started to wait
+    done: int = 0
+
+
+def _check_bookmarks(
+    bookmarks: Sequence[BookmarkRun], count: int, removed: Sequence[MessageKey]
+) -> None:
+    """What a staged restore's steps rely on, checked before anything is served: the runs
+    (one per publisher, its seqs and txids increasing as the engine's index keeps them) name
+    `count` messages, none of them one the ownership remembers removed. ValueError otherwise
+    (the caller replays the log)."""
+    if sum(len(run.txids) for run in bookmarks) != count:
+        raise ValueError("the queue snapshot lacks a message's bookmark")
+    runs = {run.publisher_id: run for run in bookmarks if run.seqs}
+    if len(runs) != len(bookmarks) or any(len(r.seqs) != len(r.txids) for r in bookmarks):
+        raise ValueError("the queue snapshot's bookmarks do not pair up")
+    for publisher_id, seq in removed:  # mostly older than every live message: no look-up
+        live = runs.get(publisher_id)
+        if live is not None and live.seqs[0] <= seq <= live.seqs[-1]:
+            at = bisect_left(live.seqs, seq)
+            if live.seqs[at] == seq:
+                raise ValueError("ownership snapshot holds a removed message")

@@ -22,13 +22,14 @@ from amps.queue import (
     Subscribed,
 )
 from amps.queue.snapshot_codec import SnapshotFormatError
-from replication import queue_snapshot
+from replication import queue_replica, queue_snapshot
 from replication.initial_owners import InitialOwners
 from replication.ownership import (
     AppendOwnership,
     MessageKey,
     OwnershipRecord,
     OwnershipState,
+    SendTransferRequest,
     TransferKind,
 )
 from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
@@ -325,3 +326,94 @@ def test_damaged_or_foreign_snapshots_are_refused() -> None:
     assert queue_snapshot.is_replica_snapshot(older)
     with pytest.raises(SnapshotFormatError, match="older format"):
         queue_snapshot.decode(older)
+
+
+def _finish(replica: QueueReplica, now_ms: int) -> list[ReplicaAction]:
+    out: list[ReplicaAction] = []
+    while replica.restoring:
+        out += replica.restore_step(now_ms)
+    return out
+
+
+def _requested(actions: list[ReplicaAction]) -> set[MessageKey]:
+    return {a.key for a in actions if isinstance(a, SendTransferRequest)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    policy=policies, kind=kinds, drawn=ops, size=st.integers(1, 4), before=st.integers(0, 5)
+)  # fmt: skip
+def test_a_staged_restore_serves_from_the_engine_and_ends_as_an_indexed_one(
+    policy: QueuePolicy,
+    kind: tuple[str, str | None],
+    drawn: list[tuple[int, int, int, int, int]],
+    size: int,
+    before: int,
+) -> None:
+    """Rule 7: a subscriber served after a few bounded steps (or none) gets exactly what it
+    gets once every message is indexed: only messages owned here and not removed; the
+    transfer requests wait for the last step, which asks for what the indexed one asks for;
+    then the two are the same queue."""
+    options = ReplicaOptions(kind=kind[0], initial_owner=kind[1])  # type: ignore[arg-type]
+    live, _, snap = run_live(policy, options, drawn)
+    decoded = queue_snapshot.decode(queue_snapshot.encode(snap))
+    later = live.now + 600_000  # past every transfer-latency estimate: waiting ones are asked
+    saved = queue_replica.RESTORE_STEP_MESSAGES
+    queue_replica.RESTORE_STEP_MESSAGES = size
+    try:
+        indexed = queue_snapshot.restore(decoded, HERE, policy, options, 0, live.now)
+        _finish(indexed, later)
+        counts = indexed.statistics()
+        first = indexed.handle(Subscribed("t", "d", 3), later)
+        staged = queue_snapshot.restore(decoded, HERE, policy, options, 0, live.now)
+        for _ in range(before):
+            assert not _requested(staged.restore_step(later))
+        assert staged.statistics() == counts
+        served = staged.handle(Subscribed("t", "d", 3), later)
+        assert not _requested(served) or not staged.restoring
+        served += _finish(staged, later)
+    finally:
+        queue_replica.RESTORE_STEP_MESSAGES = saved
+    delivered = [a.txid for a in served if isinstance(a, Deliver)]
+    assert delivered == [a.txid for a in first if isinstance(a, Deliver)]
+    for txid in delivered:
+        assert indexed.owned_here(live.key_of[txid]) or live.key_of[txid] in live.barriers
+    assert _requested(served) == _requested(first)
+    assert state(staged) == state(indexed)
+
+
+def test_an_input_that_needs_the_index_finishes_a_staged_restore_first() -> None:
+    """Rule 7: a peer's ack during a staged restore finishes the index, then applies: the
+    message owned elsewhere leaves, as on an instance that indexed everything first."""
+    options = ReplicaOptions()
+    live = Live(fresh(QueuePolicy(), options))
+    for origin in ("a", "b", "a", "b", "b", "a"):
+        live.publish(1 + live.txid % 2, origin, False)
+    snap = queue_snapshot.decode(queue_snapshot.encode(take(live)))
+    saved = queue_replica.RESTORE_STEP_MESSAGES
+    queue_replica.RESTORE_STEP_MESSAGES = 2
+    try:
+        staged = queue_snapshot.restore(snap, HERE, QueuePolicy(), options, 0, NOW)
+        staged.restore_step(NOW)
+        assert staged.restoring
+        theirs = live.key_of[4]
+        staged.removed_by_peer([theirs], NOW)
+        assert not staged.restoring
+        indexed = queue_snapshot.restore(snap, HERE, QueuePolicy(), options, 0, NOW)
+        _finish(indexed, NOW)
+        indexed.removed_by_peer([theirs], NOW)
+    finally:
+        queue_replica.RESTORE_STEP_MESSAGES = saved
+    assert staged.state_of(theirs) is OwnershipState.REMOVED
+    assert state(staged) == state(indexed)
+
+
+def test_a_snapshot_that_remembers_a_live_message_removed_is_refused_before_serving() -> None:
+    options = ReplicaOptions()
+    live = Live(fresh(QueuePolicy(), options))
+    for origin in ("a", "b", "a"):
+        live.publish(1, origin, False)
+    snap = take(live)
+    lying = replace(snap, ownership=replace(snap.ownership, removed=(live.key_of[2],)))
+    with pytest.raises(ValueError, match="holds a removed message"):
+        queue_snapshot.restore(lying, HERE, QueuePolicy(), options, 0, NOW)
