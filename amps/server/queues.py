@@ -366,6 +366,17 @@ class QueueDriver:
         self._deferred_logged = {(p, s): txid for p, s, txid in snap.deferred_logged}
         self._early_logged = dict(self._deferred_logged)
 
+    @property
+    def restoring(self) -> bool:
+        """Whether a staged restore of this replicated queue still has messages to index."""
+        return self.replica is not None and self.replica.restoring
+
+    def restore_step(self) -> None:
+        """One bounded step of a staged restore (Rule 7 of replication/queue_replica.py)."""
+        assert self.replica is not None
+        now_ms = self.instance.now_ms()
+        self.run(self.replica.restore_step(now_ms), now_ms)
+
     # -- events -------------------------------------------------------------------------------
 
     def on_published(self, record: PublishRecord, now_ms: int, *, recovering: bool = False) -> None:

@@ -305,6 +305,8 @@ async def test_a_killed_instance_restores_its_queue_and_ownership_from_its_snaps
         output = "".join(mesh["a"].output)
         assert "queues recovered from 0 log records" in output, output
         assert "snapshot not used" not in output
+        # Staged (Rule 7 of replication/queue_replica.py): indexed after the ready line.
+        await asyncio.to_thread(mesh["a"].wait_for_output, "queues indexed after the start")
         assert ownership_view(mesh["a"]) == before
         async with Client("owner-consumer") as consumer:
             await consumer.connect(mesh["a"].address)
@@ -312,8 +314,9 @@ async def test_a_killed_instance_restores_its_queue_and_ownership_from_its_snaps
             # a's own messages at once; b's by transfer (R4); never what c holds (R5).
             got = await take(on_a, 19 - len(held), 60)
             keys = {(m.json()["p"], m.json()["n"]) for m in got}
-            assert not keys & held_keys
-            assert ("pub-b", free_b) not in keys
+            published = {(p, n) for p in ("pub-a", "pub-b") for n in range(1, 11)}
+            assert keys == published - held_keys - {("pub-b", free_b)}
+            assert len(got) == len(keys)  # each once
             for message in [*got, *held]:
                 await message.ack()
             await consumer.flush_acks()
