@@ -213,8 +213,11 @@ class QueueReplica:
         if staged:
             _check_bookmarks(bookmarks, len(txids), owned.removed)
         else:  # never written by a sane instance: each publisher's in txid order, indexed now
+            every = snapshot.bookmark_of()
+            if not set(owned.removed).isdisjoint(every.values()):
+                raise ValueError("ownership snapshot holds a removed message")
             by_publisher: dict[int, list[tuple[int, int]]] = {}
-            for txid, (publisher_id, seq) in sorted(snapshot.bookmark_of().items()):
+            for txid, (publisher_id, seq) in sorted(every.items()):
                 by_publisher.setdefault(publisher_id, []).append((txid, seq))
             bookmarks = tuple(
                 BookmarkRun(p, array("Q", [s for _, s in rows]), array("q", [t for t, _ in rows]))

@@ -299,6 +299,8 @@ class SimQueue:
 
     def on_deadline(self, now_ms: int) -> list[object]:
         out: list[object] = []
+        if self.replica.restoring:  # as the server indexes a staged restore: a step a tick
+            out += self._out(self.replica.restore_step(now_ms))
         if self._deadline_stale:  # only a call into the replica moves its deadline
             self._deadline_ms = self.replica.next_deadline_ms()
             self._deadline_stale = False
