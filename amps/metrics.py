@@ -254,8 +254,8 @@ INSTANCE_METRICS: tuple[tuple[MetricSpec, InstanceReader], ...] = (
         MetricSpec(
             "amps_dedup_gaps_forgotten",
             "counter",
-            "Sequence numbers skipped below a publisher's mark past its 1,024-gap limit, since "
-            "start: one arriving later is discarded as a duplicate (L4)",
+            "L4 gaps dropped past a publisher's 1,024-gap limit, since start: one arriving "
+            "later is discarded as a duplicate",
             NODE,
         ),
         lambda s: s.dedup_gaps_forgotten,

@@ -7,8 +7,10 @@ failed over in a chain, i2 -> i0 -> i1, so the two reach i1 from different origi
 earlier one must still be taken when it arrives, by replication or by the client's republish.
 
 Gaps are bounded: per publisher the `GAP_LIMIT` highest are kept. Past that the lowest are
-forgotten (counted in `forgotten_gaps`) and a forgotten sequence number is a duplicate again,
-as under a plain high-water mark. A mark raised without gaps (`raise_mark`: the marks of
+forgotten and a forgotten sequence number is a duplicate again, as under a plain high-water
+mark. `forgotten_gaps` counts the gaps dropped that way; the numbers of a single jump of more
+than GAP_LIMIT below the ones kept are never gaps, and not counted (a deliberate jump: the Spark
+sink numbers each stream batch from (b + 1) * 2**32, and a publisher first seen far along). A mark raised without gaps (`raise_mark`: the marks of
 removed segments, a segment summary's range) says every number below it is or was held.
 """
 
@@ -35,7 +37,7 @@ class PublisherMarks:
     def __init__(self, marks: Iterable[tuple[int, int]] = ()) -> None:
         self._marks: dict[int, int] = {}
         self._gaps: dict[int, array[int]] = {}  # ascending, never empty, all below the mark
-        self.forgotten_gaps = 0  # sequence numbers skipped past GAP_LIMIT (then duplicates)
+        self.forgotten_gaps = 0  # gaps dropped past GAP_LIMIT (duplicates again)
         for publisher_id, seq in marks:
             self.raise_mark(publisher_id, seq)
 
@@ -87,7 +89,7 @@ class PublisherMarks:
         excess = len(gaps) - GAP_LIMIT
         if excess > 0:
             del gaps[:excess]
-        self.forgotten_gaps += skipped - kept + max(excess, 0)
+            self.forgotten_gaps += excess
 
     def high_water(self, publisher_id: int) -> int:
         """The highest sequence number seen from `publisher_id`, 0 if none."""

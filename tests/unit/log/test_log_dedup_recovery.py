@@ -176,16 +176,17 @@ def test_a_seq_skipped_below_the_mark_is_a_gap_taken_once() -> None:
 
 
 def test_gaps_are_capped_per_publisher_and_the_forgotten_counted() -> None:
-    """Past GAP_LIMIT the lowest gaps are forgotten (duplicates again, as under a plain mark)."""
+    """Past GAP_LIMIT the lowest gaps are forgotten (duplicates again, as under a plain mark);
+    the numbers of one jump below the GAP_LIMIT kept were never gaps, and are not counted."""
     marks = PublisherMarks()
-    marks.advance(1, GAP_LIMIT + 11)  # 1 .. GAP_LIMIT + 10 skipped
-    assert marks.forgotten_gaps == 10
+    marks.advance(1, GAP_LIMIT + 11)  # 1 .. GAP_LIMIT + 10 skipped: 1 .. 10 never gaps
+    assert marks.forgotten_gaps == 0
     assert marks.gaps(1)[0] == 11
     assert len(marks.gaps(1)) == GAP_LIMIT
     assert marks.is_duplicate(1, 10)
     assert not marks.is_duplicate(1, 11)
     marks.advance(1, GAP_LIMIT + 13)  # one more gap: the lowest goes
-    assert marks.forgotten_gaps == 11
+    assert marks.forgotten_gaps == 1
     assert marks.gaps(1)[0] == 12
     assert marks.gaps(1)[-1] == GAP_LIMIT + 12
     marks.set_gaps(1, [0, 5, 5, GAP_LIMIT + 13, GAP_LIMIT + 14])
