@@ -10,8 +10,9 @@ Gaps are bounded: per publisher the `GAP_LIMIT` highest are kept. Past that the 
 forgotten and a forgotten sequence number is a duplicate again, as under a plain high-water
 mark. `forgotten_gaps` counts the gaps dropped that way; the numbers of a single jump of more
 than GAP_LIMIT below the ones kept are never gaps, and not counted (a deliberate jump: the Spark
-sink numbers each stream batch from (b + 1) * 2**32, and a publisher first seen far along). A mark raised without gaps (`raise_mark`: the marks of
-removed segments, a segment summary's range) says every number below it is or was held.
+sink numbers each stream batch from (b + 1) * 2**32, and a publisher first seen far along).
+A mark raised without gaps (`raise_mark`: the marks of removed segments, a segment summary's
+range) says every number below it is or was held.
 """
 
 from __future__ import annotations
