@@ -264,8 +264,9 @@ class Journal:
         sealed: list[tuple[str, SegmentSummary]] = []
         tail: TailScan | None = None
         tail_builder: SegmentBuilder | None = None
-        # The publisher marks with their gaps (L4), in log order: a summary raises the marks
-        # and brings the gaps as of its end; a scanned segment advances them record by record.
+        # The publisher marks with their gaps (L4), in log order: from the marks of removed
+        # segments (no gaps: all below them was held), a summary raises the marks and brings
+        # the gaps as of its end, a scanned segment advances them record by record.
         self.retired_marks = read_marks(self.directory)
         marks = self.retired_marks.copy()
         for i, (first, path) in enumerate(named):
@@ -291,7 +292,6 @@ class Journal:
             if not self.read_only:
                 write_summary(path.parent, scan.summary)
         plan = plan_recovery(sealed, tail, read_only=self.read_only)
-        marks.merge(self.retired_marks)  # the segments before them were removed: no gaps there
         if plan.truncate_to_bytes is not None and tail is not None and not self.read_only:
             self._truncate(self.directory / tail.name, plan.truncate_to_bytes)
         self.recovery_note = plan.cut_reason
