@@ -79,6 +79,28 @@ async def test_a_resent_publish_is_skipped_within_and_across_batches(tmp_path: P
     await journal.close()
 
 
+async def test_a_seq_replicated_after_a_later_one_is_logged_once_and_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """L4, chained failover (make sim FAILOVER=1 SEED=2174): seq 2 was republished here, seq
+    1 comes later from a peer; it is logged, once, through the same core and batch append the
+    server uses, and a restart (summaries, or a scan) still knows it is held."""
+    journal = _open(tmp_path)
+    publishing: PublishingCore[str] = PublishingCore("b", journal.marks)
+    assert publishing.sequence(7, 2, "client") == (7, 2)
+    journal.append_publish(topic="orders", data=b"m2", publisher_id=7, seq=2, timestamp_us=1)
+    batch = [_peer_publish(1, 7, 1), _peer_publish(2, 7, 2), _peer_publish(3, 7, 1)]
+    appended = journal.append_replicated(publishing.admit_replicated(batch))
+    assert [(r.txid, r.seq) for r in appended] == [(2, 1)]
+    await journal.close()
+    reopened = _open(tmp_path)
+    assert reopened.marks.gaps(7) == ()
+    assert reopened.marks.is_duplicate(7, 1)
+    again: PublishingCore[str] = PublishingCore("b", reopened.marks)
+    assert again.admit_replicated([_peer_publish(1, 7, 1)]) == []
+    await reopened.close()
+
+
 async def test_kept_frames_are_the_appended_bytes_and_bounded(tmp_path: Path) -> None:
     journal = _open(tmp_path)
     journal.keep_frames(4 * 1024)
