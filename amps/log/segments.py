@@ -166,7 +166,7 @@ class SegmentBuilder:
         self.last_timestamp_us = timestamp_us
         self.size_bytes = offset + frame_size_bytes
         if pub:
-            self.marks.advance(pub, seq)
+            self.marks.claim(pub, seq)  # `advance`, one call fewer (a held seq: no change)
             last_seq = self._last_seq
             if seq > last_seq.get(pub, 0):
                 last_seq[pub] = seq
