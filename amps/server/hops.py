@@ -123,13 +123,13 @@ class Histogram:
 # A replicated batch on its receiver, stage by stage (issue 8): `arrival` from its first
 # record's timestamp (accepted at its origin) to the batch read here: the origin's commit and
 # fsync, its link's send (the sender's stages, from the same instant) and the way through both
-# gRPC stacks; then `apply` read -> appended here (the link core,
-# de-duplication, the journal append), `commit_wait` appended -> its commit handed to the
-# journal's writer (behind a commit in flight, the commit loop's wake-up), `handoff` -> the
-# writer thread running it (the GIL), `write` its writes, `fsync`, `return` the writer done ->
-# its result on the event loop, `dispatch` -> this batch acknowledged (the commit loop's
-# wake-up and the commit's dispatch before the links). Stages after `arrival` add up to
-# `replicated_durable`; `arrival` plus them to the `replicated_lag` of the batch's first record.
+# gRPC stacks; then `apply` read -> appended here (the link core, de-duplication, the journal
+# append), `commit_wait` appended -> its commit handed to the journal's writer (behind a commit
+# in flight, the commit loop's wake-up), `handoff` -> the writer thread running it (its wake-up,
+# the GIL), `write` its writes, `fsync`, `return` the writer done -> its result on the event
+# loop, `dispatch` -> this batch acknowledged (the commit loop's wake-up and the commit's
+# dispatch before the links). Stages after `arrival` add up to `replicated_durable`; `arrival`
+# plus them to the `replicated_lag` of the batch's first record.
 RECEIVER_STAGES = (
     "arrival", "apply", "commit_wait", "handoff", "write", "fsync", "return", "dispatch",
 )  # fmt: skip
