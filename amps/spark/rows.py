@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from amps.errors import InvalidOptions
 from amps.log.records import PublishRecord, QueueRecord, Record, TransferRecord
 
 if TYPE_CHECKING:
@@ -71,8 +72,6 @@ def projection(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
     """The columns a schema given to the reader (`.schema(...)`: (name, Spark type) pairs)
     selects, in its order; () when it is the whole schema. Each must be one of the source's
     columns with its type, or InvalidOptions says which is not."""
-    from amps.errors import InvalidOptions
-
     names = tuple(name for name, _kind in fields)
     if names == tuple(_COLUMNS):
         return ()
