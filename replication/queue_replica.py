@@ -91,8 +91,9 @@ from replication.ownership import (
 
 _NOT = bytes(b == 0 for b in range(256))  # a barrier flag -> 1 for a message ownership tracks
 
-RESTORE_STEP_MESSAGES = 32_768
-"""Messages a staged restore indexes per step (~20 ms of CPU): the loop serves between steps."""
+RESTORE_STEP_MESSAGES = 8_192
+"""Messages a staged restore indexes per step (~7 ms of CPU): the loop serves between steps,
+and a client's request waits for at most one step at each of its turns on the loop."""
 
 QueueKind = Literal["Queue", "GroupLocalQueue", "LocalQueue"]
 

@@ -37,6 +37,8 @@ ON_EXPIRE = "amps-action-on-sow-expire-message"
 DO_PUBLISH = "amps-action-do-publish-message"
 RECOVERY_BATCH_RECORDS = 5_000
 CHECKPOINT_INTERVAL_S = 5.0
+# Between two steps of a staged restore's index (Rule 7 of replication/queue_replica.py).
+INDEX_PAUSE_S = 0.001
 SOW_DEFAULT_LIMIT = 100_000
 
 
@@ -513,7 +515,9 @@ class QueueManager:
         try:
             for driver in drivers:
                 while driver.restoring:  # an input that needed the index may have finished it
-                    await asyncio.sleep(0)
+                    # Not sleep(0): a client's request takes several turns of the loop, each
+                    # of which would wait for a step; a timer lets them run first.
+                    await asyncio.sleep(INDEX_PAUSE_S)
                     started = time.process_time()
                     driver.restore_step()
                     cpu_s += time.process_time() - started
