@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from amps.errors import CorruptRecord
 from amps.log import codec
 from amps.log.records import RecordKind
-from amps.spark.rows import ARROW_SCHEMA, TIMESTAMP
+from amps.spark.rows import ARROW_SCHEMA, TIMESTAMP, sequences
 
 _HEADER = codec.HEADER_SIZE_BYTES
 _FIXED = codec._PUBLISH  # the publish layout is codec's (a unit test compares the two decodes)
@@ -420,7 +420,8 @@ def _publishes(
         return None
     data = None if "data" in skip else _binary(arr, data_at, stops - data_at)
     ids = fixed["pub"]
-    seqs = _numbers(fixed["seq"].astype(np.int64), pa.int64())
+    useqs = _numbers(fixed["seq"], pa.uint64())
+    seqs = sequences(useqs)
     bookmarks: pa.Array | None = None
     if {"bookmark", "publisher"} <= skip:
         publishers = None
@@ -431,12 +432,12 @@ def _publishes(
             bookmarks = _bookmarks(publisher, fixed["seq"].astype(np.int64))
         if bookmarks is None and "bookmark" not in skip:
             prefix = _repeated(publisher, 1)[0]  # a scalar (pa.scalar imports pandas)
-            bookmarks = pc.binary_join_element_wise(prefix, seqs.cast(pa.string()), _EMPTY, _BAR)
+            bookmarks = pc.binary_join_element_wise(prefix, useqs.cast(pa.string()), _EMPTY, _BAR)
     else:
         publishers = _numbers(ids, pa.uint64()).cast(pa.string())
         if "bookmark" not in skip:
             bookmarks = pc.binary_join_element_wise(
-                publishers, seqs.cast(pa.string()), _EMPTY, _BAR
+                publishers, useqs.cast(pa.string()), _EMPTY, _BAR
             )
     columns = [
         topics,

@@ -89,6 +89,23 @@ def projection(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
     return names
 
 
+_LONG_MAX = 2**63 - 1
+
+
+def sequences(useqs: pa.Array) -> pa.Array:
+    """Sequence numbers (unsigned 64-bit, L3) as Spark longs: null from 2**63 on, where a long
+    cannot hold them (the bookmark column still spells them)."""
+    highest = pc.max(useqs).as_py()
+    if highest is None or highest <= _LONG_MAX:
+        return useqs.cast(pa.int64())
+    fits = pc.less_equal(useqs, pa.scalar(_LONG_MAX, pa.uint64()))
+    return pc.if_else(fits, useqs, pa.nulls(len(useqs), pa.uint64())).cast(pa.int64())
+
+
+def _sequence(seq: int) -> int | None:
+    return seq if seq <= _LONG_MAX else None
+
+
 def _nulls(name: str, count: int) -> pa.Array:
     return pa.nulls(count, ARROW_SCHEMA.field(name).type)
 
@@ -97,8 +114,9 @@ def publishes_batch(records: Sequence[PublishRecord]) -> pa.RecordBatch:
     """Publishes as one batch (the common case: one list per column, strings built by Arrow)."""
     n = len(records)
     publishers = pa.array([r.publisher_id for r in records], pa.uint64()).cast(pa.string())
-    seqs = pa.array([r.seq for r in records], pa.int64())
-    bookmarks = pc.binary_join_element_wise(publishers, seqs.cast(pa.string()), "", "|")
+    useqs = pa.array([r.seq for r in records], pa.uint64())
+    bookmarks = pc.binary_join_element_wise(publishers, useqs.cast(pa.string()), "", "|")
+    seqs = sequences(useqs)
     columns: list[Any] = [
         pa.array([r.topic for r in records], pa.string()),
         bookmarks,
@@ -138,7 +156,7 @@ def _row(record: Record) -> dict[str, Any]:
     if isinstance(record, PublishRecord):
         row |= {
             "topic": record.topic, "bookmark": record.bookmark.format(), "data": record.data,
-            "publisher": str(record.publisher_id), "sequence": record.seq,
+            "publisher": str(record.publisher_id), "sequence": _sequence(record.seq),
             "correlation_id": record.correlation_id or None, "kind": "publish",
         }  # fmt: skip
     elif isinstance(record, QueueRecord):
@@ -153,7 +171,8 @@ def _row(record: Record) -> dict[str, Any]:
         assert isinstance(record, TransferRecord)
         row |= {
             "kind": "transfer", "queue": record.queue, "bookmark": record.bookmark.format(),
-            "publisher": str(record.bookmark.publisher_id), "sequence": record.bookmark.seq,
+            "publisher": str(record.bookmark.publisher_id),
+            "sequence": _sequence(record.bookmark.seq),
             "action": "proxied_transfer" if record.proxied else "transfer",
             "from_instance": record.from_instance, "to_instance": record.to_instance,
         }  # fmt: skip
@@ -173,7 +192,7 @@ def messages_batch(messages: Sequence[Message]) -> pa.RecordBatch:
         pa.array(list(map(_TIMESTAMP, messages)), pa.int64()).cast(_TS),
         pa.array(list(map(_DATA, messages)), pa.binary()),
         pc.list_element(parts, 0),
-        pc.list_element(parts, 1).cast(pa.int64()),
+        sequences(pc.list_element(parts, 1).cast(pa.uint64())),
         pa.array(list(map(_ORIGIN, messages)), pa.string()),
         pa.array(list(map(_ORIGIN_TXID, messages)), pa.int64()),
         _nulls("correlation_id", n),

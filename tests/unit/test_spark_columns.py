@@ -227,8 +227,7 @@ def _publishes(draw: st.DrawFn) -> list[bytes]:
     bodies = draw(st.lists(body, min_size=1, max_size=20))
     rng = draw(st.randoms(use_true_random=False))
     publishers = rng.sample([3, 77, 2**63 + 9, 2**64 - 5], rng.choice([1, 2]))
-    # Not from 2**63 on: the per-record path (rows.records_batch) raises there, past a long.
-    first = rng.choice([1, 95, 9_990, 2**62])
+    first = rng.choice([1, 95, 9_990, 2**62, 2**63 - 10, 2**64 - 60])  # past a long: null
     topics = rng.sample(["t", "orders", "\u00e9v"], rng.choice([1, 2]))
     return [
         codec.encode_publish(
@@ -304,3 +303,31 @@ def test_a_schema_must_name_the_sources_columns_with_their_types() -> None:
         projection([("price", "double")])
     with pytest.raises(InvalidOptions, match="'txid' is int, the source's is bigint"):
         projection([("txid", "int")])
+
+
+def test_sequence_numbers_past_a_signed_long_keep_their_bookmark() -> None:
+    """A client may number with any unsigned 64-bit value (L3): a Spark long cannot hold those
+    at 2**63 and above, so `sequence` is null there, and the bookmark still spells the number."""
+    seqs = [1, 2**63 - 1, 2**63, 2**64 - 1]
+    frames = [
+        codec.encode_publish(t, T0 + t, "t", b"x", 9, seq, "a", "g", t, "", 0)
+        for t, seq in enumerate(seqs, start=1)
+    ]
+    one_publisher = columns.decode(b"".join(frames), 1, 10)
+    assert one_publisher is not None
+    assert one_publisher.batch is not None
+    records, _ = codec.decode(b"".join(frames))
+    for batch in (one_publisher.batch, records_batch(records)):
+        assert batch.column("sequence").to_pylist() == [1, 2**63 - 1, None, None]
+        assert batch.column("bookmark").to_pylist() == [f"9|{seq}|" for seq in seqs]
+    mixed = [
+        codec.encode_publish(t, T0 + t, "t", b"x", 9 + t % 2, seq, "a", "g", t, "", 0)
+        for t, seq in enumerate(seqs, start=1)
+    ]
+    two_publishers = columns.decode(b"".join(mixed), 1, 10)
+    assert two_publishers is not None
+    assert two_publishers.batch is not None
+    assert two_publishers.batch.column("bookmark").to_pylist() == [
+        f"{9 + t % 2}|{seq}|" for t, seq in enumerate(seqs, start=1)
+    ]
+    assert two_publishers.batch.column("sequence").to_pylist() == [1, 2**63 - 1, None, None]
