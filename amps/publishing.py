@@ -7,10 +7,13 @@ Rule 2 (L5): a publish without a sequence number is numbered by the instance, af
   number seen, under a publisher id derived from the client name and the instance name, so it
   can never clash with the client's own numbering.
 Rule 3 (L4): a (publisher, seq) at or below that publisher's high-water mark is a duplicate:
-  not appended, still acknowledged, unless it is one of the publisher's gaps (a seq skipped
-  below the mark that the log does not hold: replication brought a later one first, as after
-  a chained failover; amps.log.dedup): that one is taken, once. Local publishes and replicated
-  ones meet the same marks, so a client that fails over and republishes adds nothing.
+  not appended, still acknowledged, unless the instance replicates and it is one of the
+  publisher's gaps (a seq skipped below the mark that the log does not hold: replication
+  brought a later one first, as after a chained failover; amps.log.dedup): that one is taken,
+  once. An instance that does not replicate keeps L4 to the letter: nothing can reach it out
+  of its publisher's order, so a number below the mark is a client's replay. Local publishes
+  and replicated ones meet the same marks, so a client that fails over and republishes adds
+  nothing.
 Rule 4 (L3, L2): a connection is owed a persisted ack for the highest sequence number of every
   frame whose records are durable here and held by every sync (not downgraded) destination;
   one ack covers everything before it, and an ack never goes backwards.
@@ -94,13 +97,17 @@ class PublishingCore(Generic[Connection]):
         "_owed",
         "_persisted_acks",
         "_waiting",
+        "gaps",
         "instance",
         "marks",
     )
 
-    def __init__(self, instance_name: str, marks: PublisherMarks) -> None:
+    def __init__(self, instance_name: str, marks: PublisherMarks, gaps: bool = True) -> None:
         self.instance = instance_name
         self.marks = marks
+        # Rule 3: whether a client's publish may fill a gap (only where replication can bring
+        # a publisher's numbers out of order).
+        self.gaps = gaps
         # client name -> (connection, user id)
         self._names: dict[str, tuple[Connection, str]] = {}
         self._name_of: dict[Connection, str] = {}
@@ -163,7 +170,9 @@ class PublishingCore(Generic[Connection]):
         if not own_seq:
             publisher_id = server_publisher_id_for(client_name, self.instance)
             own_seq = self.marks.next_seq(publisher_id)
-        if not self.marks.claim(publisher_id, own_seq):
+        if (
+            not self.gaps and own_seq <= self.marks.high_water(publisher_id)
+        ) or not self.marks.claim(publisher_id, own_seq):
             self._duplicates += 1
             return None
         return publisher_id, own_seq

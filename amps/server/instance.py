@@ -64,7 +64,11 @@ class Instance:
         self.subscriptions = SubscriptionIndex()
         self.sessions: set[Session] = set()
         # Publishing's decisions (L2-L6): names, sequencing, de-duplication, persisted acks.
-        self.publishing: PublishingCore[Session] = PublishingCore(config.name, journal.marks)
+        # An instance that neither replicates nor receives replication keeps L4 to the letter.
+        replicates = config.replication is not None or config.replication_transport is not None
+        self.publishing: PublishingCore[Session] = PublishingCore(
+            config.name, journal.marks, gaps=replicates
+        )
         self.send_budget = SendBudget(
             config.message_memory_limit_bytes, config.client_max_capacity_percent
         )

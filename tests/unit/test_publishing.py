@@ -288,3 +288,18 @@ def test_an_earlier_seq_replicated_after_a_later_one_is_admitted_once() -> None:
     assert i1.admit_received(heads) == [0, 1]  # the same through the received-frames path
     assert i1.sequence(103, 2, "pub") == (103, 2)  # the client's republish of the other gap
     assert i1.sequence(103, 2, "pub") is None
+
+
+def test_an_instance_that_does_not_replicate_keeps_l4_to_the_letter() -> None:
+    """L4: without replication nothing reaches an instance out of a publisher's order, so a
+    client's number below the mark is a replay: discarded even where the log skipped it."""
+    alone = PublishingCore[str]("amps-1", PublisherMarks(), gaps=False)
+    assert alone.sequence(7, 10, "pub") == (7, 10)
+    assert alone.sequence(7, 5, "pub") is None
+    assert alone.sequence(7, 10, "pub") is None
+    assert alone.sequence(7, 11, "pub") == (7, 11)
+    assert alone.statistics().duplicates == 2
+    replicated = _core()  # the same numbers where replication can reorder them: 5 is a gap
+    assert [replicated.sequence(7, seq, "pub") for seq in (10, 5, 10, 11)] == [
+        (7, 10), (7, 5), None, (7, 11),
+    ]  # fmt: skip
