@@ -740,11 +740,8 @@ class Replicator:
                     stages[name].add_us(now_us - first_us if name == "dispatch" else 0)
             return
         stages["commit"].add_us(submitted_us - first_us)
-        stages["handoff"].add_us((flush.started_ns - flush.submitted_ns) // 1000)
-        stages["write"].add_us((flush.finished_ns - flush.started_ns - flush.fsync_ns) // 1000)
-        stages["fsync"].add_us(flush.fsync_ns // 1000)
-        stages["return"].add_us((flush.returned_ns - flush.finished_ns) // 1000)
-        stages["dispatch"].add_us((now_ns - flush.returned_ns) // 1000)
+        for name, duration_ns in flush.stages_ns(now_ns):
+            stages[name].add_us(duration_ns // 1000)
 
     @property
     def _hops(self) -> HopStatistics:
@@ -837,13 +834,7 @@ class Replicator:
         if flush is None:
             return
         stages, now_ns = self._hops.replicated_stages, perf_counter_ns()
-        after_appended = (
-            ("handoff", flush.started_ns - flush.submitted_ns),
-            ("write", flush.finished_ns - flush.started_ns - flush.fsync_ns),
-            ("fsync", flush.fsync_ns),
-            ("return", flush.returned_ns - flush.finished_ns),
-            ("dispatch", now_ns - flush.returned_ns),
-        )
+        after_appended = flush.stages_ns(now_ns)
         for target, _session, _through, received_ns, applied_ns in self._awaiting:
             if target > durable_txid:
                 break

@@ -78,6 +78,17 @@ class CommitTiming:
     def handoff_ns(self) -> int:
         return self.started_ns - self.submitted_ns
 
+    def stages_ns(self, now_ns: int) -> tuple[tuple[str, int], ...]:
+        """(stage, ns) of the batch's trip through the writer and back on the loop, up to
+        `now_ns`: handoff, write, fsync, return, dispatch (the hops of a replicated batch)."""
+        return (
+            ("handoff", self.handoff_ns),
+            ("write", self.finished_ns - self.started_ns - self.fsync_ns),
+            ("fsync", self.fsync_ns),
+            ("return", self.returned_ns - self.finished_ns),
+            ("dispatch", now_ns - self.returned_ns),
+        )
+
 
 # Told each batch's (handoff, return) in ns: the thread hops of a commit, beside its fsync.
 CommitHopsObserver = Callable[[int, int], None]

@@ -13,6 +13,7 @@ received -> durable here. Read through the admin interface (`/amps/instance`, ke
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,16 +145,9 @@ RECEIVER_STAGES = (
 SENDER_STAGES = ("commit", "handoff", "write", "fsync", "return", "dispatch", "link")
 
 
-def _sender_stages() -> dict[str, Histogram]:
-    return {name: Histogram() for name in SENDER_STAGES}
-
-
-def _receiver_stages() -> dict[str, Histogram]:
-    return {name: Histogram() for name in RECEIVER_STAGES}
-
-
-def _gc_generations() -> dict[str, Histogram]:
-    return {str(generation): Histogram() for generation in range(3)}
+def _histograms(names: tuple[str, ...]) -> Callable[[], dict[str, Histogram]]:
+    """A dataclass field's factory: one histogram per name."""
+    return lambda: {name: Histogram() for name in names}
 
 
 @dataclass(slots=True)
@@ -191,11 +185,11 @@ class HopStatistics:
     # accepted there) -> durable here: the issue's replication lag. Wall clocks: between two
     # machines it includes their offset.
     replicated_lag: Histogram = field(default_factory=Histogram)
-    replicated_stages: dict[str, Histogram] = field(default_factory=_receiver_stages)
-    replicated_send_stages: dict[str, Histogram] = field(default_factory=_sender_stages)
+    replicated_stages: dict[str, Histogram] = field(default_factory=_histograms(RECEIVER_STAGES))
+    replicated_send_stages: dict[str, Histogram] = field(default_factory=_histograms(SENDER_STAGES))
     # The cyclic garbage collector's pauses, per generation (amps.server.gc_pauses): the event
     # loop runs nothing else meanwhile.
-    gc_pauses: dict[str, Histogram] = field(default_factory=_gc_generations)
+    gc_pauses: dict[str, Histogram] = field(default_factory=_histograms(("0", "1", "2")))
     # Deliveries queued in the queue step of the ack that made room for them: no timer, no
     # commit between the ack and the delivery.
     deliveries_after_ack: int = 0
