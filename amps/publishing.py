@@ -33,6 +33,7 @@ from typing import Generic, TypeVar
 from amps import errors
 from amps.log.bookmarks import publisher_id_for, server_publisher_id_for
 from amps.log.dedup import PublisherMarks
+from amps.log.received import one_publisher_run
 from amps.log.records import PublishRecord
 from amps.names import name_problem
 
@@ -206,6 +207,9 @@ class PublishingCore(Generic[Connection]):
         """`admit_replicated` over the fixed fields of a peer's publishes as received
         (amps.log.received.Head: publisher id and seq at 6 and 7): the indices of the new ones;
         those of the skipped ones go to `discarded`."""
+        run = one_publisher_run(heads)
+        if run is not None and self.marks.claim_run(*run):
+            return list(range(len(heads)))  # all new: one step, not a claim per record
         claim = self.marks.claim
         kept = [index for index, head in enumerate(heads) if claim(head[6], head[7])]
         if len(kept) != len(heads):

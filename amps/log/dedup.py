@@ -70,6 +70,32 @@ class PublisherMarks:
             del self._gaps[publisher_id]
         return True
 
+    def claim_run(self, publisher_id: int, first_seq: int, last_seq: int) -> bool:
+        """`claim` of first_seq, first_seq + 1, ..., last_seq in order, at once, when all are
+        above the mark (all new): the mark moves to last_seq, the numbers skipped below
+        first_seq become gaps, and True. False, with nothing changed, when some may be held:
+        the caller claims them one by one."""
+        marks = self._marks
+        high = marks.get(publisher_id, 0)
+        if first_seq <= high:
+            return False
+        marks[publisher_id] = last_seq
+        if first_seq != high + 1:
+            self._skipped(publisher_id, high, first_seq)
+        return True
+
+    def advance_run(self, publisher_id: int, first_seq: int, last_seq: int) -> None:
+        """`advance` of first_seq..last_seq in order (a batch of one publisher's numbers),
+        with a step per number only where some of them are gaps or the run straddles the
+        mark."""
+        if self.claim_run(publisher_id, first_seq, last_seq):
+            return
+        if last_seq <= self._marks.get(publisher_id, 0) and publisher_id not in self._gaps:
+            return  # every one held already (claimed by the publishing core): nothing moves
+        claim = self.claim
+        for seq in range(first_seq, last_seq + 1):
+            claim(publisher_id, seq)
+
     def advance(self, publisher_id: int, seq: int) -> None:
         """Record that `seq` from `publisher_id` is in the log: the mark moves up (the numbers
         skipped become gaps) or `seq` stops being a gap; never moves a mark back."""

@@ -30,7 +30,7 @@ from amps.log.dedup import PublisherMarks
 from amps.log.lookup import find_start
 from amps.log.marks_file import read_marks, write_marks
 from amps.log.reader import Segment, SegmentReader
-from amps.log.received import ReceivedFrames, ReceivedRun
+from amps.log.received import ReceivedFrames, ReceivedRun, one_publisher_run
 from amps.log.records import PublishRecord, Record
 from amps.log.recovery import TailScan, check_sealed, plan_recovery
 from amps.log.retention import SegmentState
@@ -155,6 +155,16 @@ class _WriterThread:
         """Finish the batch in hand (if any) and end the thread."""
         self._work.put(None)
         self._thread.join()
+
+
+def _seq_ranges(heads: Sequence[tuple[int, ...]]) -> dict[int, tuple[int, int]]:
+    """Each publisher's (first, last) seq among the publishes `heads`, in their order."""
+    ranges: dict[int, tuple[int, int]] = {}
+    for head in heads:
+        publisher_id, seq = head[6], head[7]
+        low = ranges.get(publisher_id)
+        ranges[publisher_id] = (seq if low is None else low[0], seq)
+    return ranges
 
 
 class Journal:
@@ -424,7 +434,7 @@ class Journal:
         amps.publishing.PublishingCore.admit_received)."""
         self._check_writable()
         first_txid = self._next_txid
-        out, timestamps, seq_ranges = codec.restamp_publishes(
+        out, timestamps = codec.restamp_publishes(
             frames.data, frames.offsets, frames.heads, indices, first_txid,
             self._last_timestamp_us,
         )  # fmt: skip
@@ -432,23 +442,30 @@ class Journal:
             return ReceivedRun(frames, indices, first_txid, timestamps)
         active = self._active
         heads = frames.heads
-        # Per record, in order: a seq below a mark may fill a gap (L4). The segment builder's
-        # marks too when the run bypasses its per-frame `add`.
-        advances = [self.marks.claim]  # `advance`, one call fewer
+        chosen = heads if len(indices) == len(heads) else [heads[index] for index in indices]
+        # Per record, in order: a seq below a mark may fill a gap (L4); the segment builder's
+        # marks too when the run bypasses its per-frame `add`. One publisher's consecutive
+        # numbers (the usual batch) move the marks at once.
+        run = one_publisher_run(chosen)
         if (
             not active.size_bytes
             or active.size_bytes + sum(map(len, out)) <= self.segment_size_bytes
         ):
+            seq_ranges = {run[0]: (run[1], run[2])} if run is not None else _seq_ranges(chosen)
             self._buffer_run(out, first_txid, timestamps, seq_ranges)
-            advances.append(active.marks.claim)
+            marks = [self.marks, active.marks]
         else:  # the run crosses into a new segment (once per segment): frame by frame
             for k, frame in enumerate(out):
-                head = heads[indices[k]]
+                head = chosen[k]
                 self._buffer_frame(frame, first_txid + k, timestamps[k], head[6], head[7])
-        for advance in advances:
-            for index in indices:
-                head = heads[index]
-                advance(head[6], head[7])
+            marks = [self.marks]
+        for advancing in marks:
+            if run is not None:
+                advancing.advance_run(*run)
+                continue
+            claim = advancing.claim  # `advance`, one call fewer
+            for head in chosen:
+                claim(head[6], head[7])
         return ReceivedRun(frames, indices, first_txid, timestamps)
 
     def _buffer_run(

@@ -30,7 +30,14 @@ from amps.log.codec import (
 )
 from amps.log.records import PublishRecord, Record
 
-__all__ = ["ChosenFrames", "ReceivedFrames", "ReceivedRun", "scan", "scan_log"]
+__all__ = [
+    "ChosenFrames",
+    "ReceivedFrames",
+    "ReceivedRun",
+    "one_publisher_run",
+    "scan",
+    "scan_log",
+]
 
 Head = tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int]
 """A frame's header and a publish's fixed fields as unpacked: magic, crc, length, kind, txid,
@@ -38,6 +45,8 @@ timestamp_us, publisher_id, seq, origin_txid, expiration_s and the four string l
 
 _KIND_PUBLISH = codec.KIND_PUBLISH
 _LENGTH = itemgetter(2)
+_PUBLISHER = itemgetter(6)
+_SEQ = itemgetter(7)
 _CORRELATION = itemgetter(13)
 _NAME_CACHE_ENTRIES = 4096
 _name_cache: dict[bytes, tuple[str, str, str]] = {}
@@ -185,6 +194,23 @@ class ReceivedFrames(_BuiltOnDemand):
             count, size_bytes = totals.get(topic, (0, 0))
             totals[topic] = (count + 1, size_bytes + size)
         return totals
+
+
+def one_publisher_run(heads: Sequence[tuple[int, ...]]) -> tuple[int, int, int] | None:
+    """(publisher id, first seq, last seq) when the publishes `heads` are all of one publisher
+    and each seq is the one before plus one (a catch-up's usual batch); else None. Checked in
+    C loops: de-duplication then takes the run at once (`PublisherMarks.claim_run`) instead of
+    a claim per record."""
+    if not heads:
+        return None
+    publishers = list(map(_PUBLISHER, heads))
+    if publishers.count(publishers[0]) != len(publishers):
+        return None
+    seqs = list(map(_SEQ, heads))
+    first = seqs[0]
+    if seqs != list(range(first, first + len(seqs))):
+        return None
+    return publishers[0], first, seqs[-1]
 
 
 def _size(head: Head) -> int:

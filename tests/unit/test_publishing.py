@@ -4,12 +4,14 @@ persisted acks, shared by local and replicated publishes (issue 8, L2-L6)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from amps import errors
 from amps.log.bookmarks import publisher_id_for, server_publisher_id_for
 from amps.log.dedup import PublisherMarks
+from amps.log.received import one_publisher_run
 from amps.log.records import PublishRecord
 from amps.publishing import PublishingCore, persisted_through
 
@@ -303,3 +305,59 @@ def test_an_instance_that_does_not_replicate_keeps_l4_to_the_letter() -> None:
     assert [replicated.sequence(7, seq, "pub") for seq in (10, 5, 10, 11)] == [
         (7, 10), (7, 5), None, (7, 11),
     ]  # fmt: skip
+
+
+def _history() -> st.SearchStrategy[list[tuple[int, int]]]:
+    """Claims that leave marks, gaps (numbers skipped) and filled gaps behind."""
+    return st.lists(st.tuples(st.integers(1, 2), st.integers(1, 40)), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=_history(), publisher=st.integers(1, 3), first=st.integers(1, 50),
+       count=st.integers(1, 12))  # fmt: skip
+def test_a_run_of_one_publisher_is_admitted_as_claim_by_claim(
+    history: list[tuple[int, int]], publisher: int, first: int, count: int
+) -> None:
+    """One publisher's consecutive numbers (a catch-up's usual batch) take one step of the
+    marks (`claim_run`, `advance_run`) where they can; the outcome is that of a claim per
+    record, whatever the marks and gaps before (L4)."""
+    stepwise, at_once = PublisherMarks(), PublisherMarks()
+    for p, s in history:
+        stepwise.claim(p, s)
+        at_once.claim(p, s)
+    seqs = range(first, first + count)
+    heads = [(0, 0, 0, 0, 0, 0, publisher, seq) for seq in seqs]
+    assert one_publisher_run(heads) == (publisher, first, first + count - 1)
+    kept = [k for k, seq in enumerate(seqs) if stepwise.claim(publisher, seq)]
+    assert _core(at_once).admit_received(heads) == kept
+    assert at_once == stepwise
+    # A second pass over the same numbers (the journal's own marks, when they are the
+    # publishing core's): nothing moves, as claim by claim.
+    for seq in seqs:
+        stepwise.claim(publisher, seq)
+    at_once.advance_run(publisher, first, first + count - 1)
+    assert at_once == stepwise
+    # Numbers above the mark, some skipped first (gaps below the run): the run at once.
+    later = first + count + 3
+    for seq in range(later, later + count):
+        stepwise.claim(publisher, seq)
+    at_once.advance_run(publisher, later, later + count - 1)
+    assert at_once == stepwise
+    assert at_once.gaps(publisher) == stepwise.gaps(publisher)
+
+
+def test_a_batch_that_is_not_one_run_is_claimed_record_by_record() -> None:
+    def heads(*pairs: tuple[int, int]) -> list[tuple[int, ...]]:
+        return [(0, 0, 0, 0, 0, 0, p, s) for p, s in pairs]
+
+    assert one_publisher_run([]) is None
+    assert one_publisher_run(heads((7, 1), (8, 2))) is None  # two publishers
+    assert one_publisher_run(heads((7, 1), (7, 3))) is None  # a number skipped
+    assert one_publisher_run(heads((7, 2), (7, 1))) is None  # out of order
+    assert one_publisher_run(heads((7, 2), (7, 2))) is None  # a copy within the batch
+    assert one_publisher_run(heads((7, 5))) == (7, 5, 5)
+    core = _core()
+    assert core.admit_received(heads((7, 1), (7, 3), (7, 2), (7, 3))) == [0, 1, 2]
+    assert core.marks.high_water(7) == 3
+    assert not core.marks.gaps(7)
+    assert core.statistics().duplicates == 1

@@ -138,6 +138,8 @@ async def test_appending_frames_gives_the_bytes_of_appending_records(tmp_path: P
         for s in range(1, 200, 25)
     ]
     batches[3] = [replace(r, timestamp_us=5) for r in batches[3]]  # older than the log's last
+    # One publisher's consecutive numbers: the marks move once per batch (`advance_run`).
+    batches += [[_publish(t, 9, t - 199) for t in range(s, s + 25)] for s in range(200, 300, 25)]
     by_record, by_frame = _open(tmp_path / "records"), _open(tmp_path / "frames")
     expected: list[PublishRecord] = []
     got: list[PublishRecord] = []
@@ -251,3 +253,21 @@ def test_names_are_read_again_whenever_they_change_from_one_publish_to_the_next(
     data = _frames(records)
     assert list(scan(data)) == records
     assert [(r.topic, r.origin_instance) for r in scan(data)] == names
+
+
+def test_a_frame_whose_crc_does_not_check_is_refused_by_its_offset() -> None:
+    """A flipped bit in a record's data (not its head, not its length) is named with the
+    frame's offset, before anything is restamped or appended."""
+    records = [_publish(t, 9, t) for t in range(1, 6)]
+    frames = [codec.encode(r) for r in records]
+    data = bytearray(b"".join(frames))
+    at = len(frames[0]) + len(frames[1])  # the third frame
+    data[at + len(frames[2]) - 5] ^= 0x10
+    with pytest.raises(CorruptRecord, match="frame checksum mismatch") as refused:
+        scan(bytes(data))
+    assert refused.value.offset == at
+    message = pb.LinkFrame()
+    message.batch.batch_id, message.batch.through_txid = 1, 5
+    message.batch.records, message.batch.record_count = bytes(data), 5
+    with pytest.raises(BadFrame, match="frame checksum mismatch"):
+        from_pb(message)
