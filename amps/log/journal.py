@@ -92,6 +92,9 @@ class CommitTiming:
 
 # Told each batch's (handoff, return) in ns: the thread hops of a commit, beside its fsync.
 CommitHopsObserver = Callable[[int, int], None]
+# Told the durable txid on the loop as soon as a batch's result arrives, before any waiter of
+# `commit` resumes: the owner dispatches it in that same loop iteration.
+DurableObserver = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +193,7 @@ class Journal:
         self.marks = PublisherMarks()
         self.on_fsync: FsyncObserver | None = None
         self.on_commit_hops: CommitHopsObserver | None = None
+        self.on_durable: DurableObserver | None = None
         # The latest batch the writer finished, as the event loop saw it back: a replicated
         # batch made durable by it is timed stage by stage (hops `replicated_stages`).
         self.last_flush: CommitTiming | None = None
@@ -621,6 +625,8 @@ class Journal:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+        if self.on_durable is not None:
+            self.on_durable(last_txid)
 
     def start_flusher(self) -> None:
         """Commit in the background so no record waits more than ~flush_interval_ms."""

@@ -127,6 +127,7 @@ class Instance:
                 self._loop.time() - started,
                 time.process_time() - started_cpu,
             )
+        self.journal.on_durable = self._durable
         self._committer = asyncio.create_task(self._commit_loop(), name="commit-loop")
         if self.queues.drivers:
             self.queues.start_checkpoints()
@@ -141,6 +142,7 @@ class Instance:
         for driver in self.queues.drivers.values():
             driver.stop()
         await self.queues.close()
+        self.journal.on_durable = None  # nothing is dispatched once the commit loop ends
         if self._committer is not None:
             self._committer.cancel()
             await asyncio.gather(self._committer, return_exceptions=True)
@@ -432,16 +434,27 @@ class Instance:
                 await self._commit_wanted.wait()
                 self._commit_wanted.clear()
                 if self.journal.last_txid > self.dispatched_txid:
-                    durable = await self.journal.commit()
-                    # What was appended during that fsync goes to disk while the durable
-                    # records are acknowledged and delivered, not after.
-                    self.journal.start_commit()
-                else:
-                    durable = self.dispatched_txid
-                self._after_commit(durable)
+                    # Each batch is dispatched as the writer's result arrives (`_durable`);
+                    # this waits for them, and raises what failed.
+                    await self.journal.commit()
+                else:  # callbacks and waiters already due
+                    self._after_commit(self.dispatched_txid)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # an fsync failure stops the instance (never pretend success)
+            self._on_fatal(exc)
+            raise
+
+    def _durable(self, durable_txid: int) -> None:
+        """The journal made a batch durable (its result just came back to the loop): what was
+        appended during that fsync goes to the writer now, and the batch is acknowledged,
+        replicated and delivered in the same loop iteration, not in the next, when the commit
+        loop's task would resume (one hop less, twice per replicated batch: on the origin
+        before its link sends it, on the destination before its ack)."""
+        try:
+            self.journal.start_commit()
+            self._after_commit(durable_txid)
+        except BaseException as exc:  # as in the commit loop: never pretend success
             self._on_fatal(exc)
             raise
 
