@@ -33,7 +33,14 @@ Rule 7: a restart serves before it has indexed every message (Q16). A restore fr
         ownership entry and place in the waiting order come in bounded steps
         (`restore_step`). Until the last step only a subscription, a disconnect and time
         (leases, expiry) are served, from the engine alone, and no transfer is requested;
-        any other input, and any step that removes a message, finishes the index first.
+        any other input, and any step that removes a message, finishes the index first;
+        except the removals a restart replays from the log after its snapshot (this
+        instance's own by txid, a peer's by bookmark of messages all in the queue): they
+        leave the engine at once, so none is delivered, and the index takes them after its
+        last message, in the order they came, as the steps of `_removed_silently` they would
+        have been (so the restore ends as one that indexed everything first). A peer's
+        removal naming a message not in the queue (an early ack, or one gone already) could
+        depend on what the index has yet to learn: it finishes the index first.
 
 Actions are the engine's (`Deliver`, `DeliverBarrier`, `RecordRemoval`, `PublishDeadLetter`)
 and the ownership machine's `AppendOwnership`, `SendOwnership` and `SendTransferRequest`; its
@@ -47,10 +54,11 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, compress, islice, repeat
-from typing import Literal, cast
+from typing import Literal, NamedTuple, cast
 
 from amps.queue import (
     Acked,
@@ -298,10 +306,34 @@ class QueueReplica:
             self._index_next()
 
     def _index_next(self) -> None:
-        """One step of a staged restore: bookmarks, ownership entries and waiting places of
-        the next messages in txid order (restored messages wait before any later arrival)."""
+        """One step of a staged restore: the next messages' index, or once every message is
+        indexed, the next removals replayed meanwhile (Rule 7)."""
         pending = self._unindexed
         assert pending is not None
+        if pending.done < len(pending.tracked) or not pending.removals:
+            self._index_step(pending)
+        else:
+            self._apply_removals(pending)
+        if pending.done == len(pending.tracked) and not pending.removals:
+            self._unindexed = None
+
+    def _apply_removals(self, pending: _Unindexed) -> None:
+        """The glue of the removals a staged restore applied to the engine only, oldest
+        first, about `RESTORE_STEP_MESSAGES` messages' worth: as each would have been
+        applied with the index whole (Rule 7)."""
+        budget = RESTORE_STEP_MESSAGES
+        removals = pending.removals
+        while removals and budget > 0:
+            keys, txids, now_ms = removals.popleft()
+            budget -= len(txids)
+            if keys is None:
+                self._own_removed(txids, now_ms)
+            else:
+                self._removed_silently(keys, now_ms, sample=True, known=txids)
+
+    def _index_step(self, pending: _Unindexed) -> None:
+        """Bookmarks, ownership entries and waiting places of the next messages in txid
+        order (restored messages wait before any later arrival)."""
         tracked = pending.tracked
         first = pending.done
         last = min(len(tracked), first + RESTORE_STEP_MESSAGES)
@@ -342,8 +374,6 @@ class QueueReplica:
         waits = zip(compress(step, flags), repeat(pending.now_ms), compress(owners, flags))
         self._waiting.update(zip(compress(keys, flags), waits))  # noqa: B905 (as long)
         pending.done = last
-        if last == len(tracked):
-            self._unindexed = None
 
     def initial_owners(self, first_txid: int) -> InitialOwners:
         """The initial owners of the messages from `first_txid` on (a snapshot's), the older
@@ -509,13 +539,23 @@ class QueueReplica:
         at-most-once send): applied silently (Rule 5). An ack for a message not here yet is
         remembered (the deferred acks, DeferredAckExpiration). A barrier here is this
         instance's own to release or expire (Rule 2, R6): a peer's removal of it (an older
-        peer replicated its barrier expiries) is ignored."""
-        self._index_all()
+        peer replicated its barrier expiries) is ignored. During a staged restore, removals
+        of messages all in the queue leave the engine now and the index later (Rule 7)."""
         keys = list(bookmarks)
         engine = self.engine
         if engine.policy.has_barrier:
             txid_of, is_barrier = engine.txid_of, engine.is_barrier
             keys = [k for k in keys if (t := txid_of(k)) is None or not is_barrier(t)]
+        pending = self._unindexed
+        if pending is not None and keys:
+            in_queue = engine.txids_of(keys)
+            if None not in in_queue:
+                # Each is in the engine, so none is one the ownership remembers removed (a
+                # removal leaves the engine at once): `not_removed` would keep them all.
+                found = cast("list[int]", in_queue)
+                pending.removals.append(_Removal(keys, found, now_ms))
+                return self._removed_from_engine(found, reason, expire_reasons, now_ms)
+        self._index_all()
         if self.tracks_ownership:
             # A message that already left here (or whose early ack is deferred already): the
             # engine's bookmark index may have forgotten it (compacted, or restored from a
@@ -524,12 +564,21 @@ class QueueReplica:
         txids = self._removed_silently(keys, now_ms, sample=True)
         if txids and None not in txids:  # all here (the usual): by txid, in one pass
             found = cast("list[int]", txids)
-            actions = self.engine.remove_recovered(found, reason, expire_reasons, now_ms)
-        else:  # by bookmark: an ack for a message not here yet is deferred
-            events = [
-                MessageRemoved(reason, bookmark=key, expire_reasons=expire_reasons) for key in keys
-            ]
-            actions = self.engine.handle_many(events, now_ms)
+            return self._removed_from_engine(found, reason, expire_reasons, now_ms)
+        # By bookmark: an ack for a message not here yet is deferred.
+        events = [
+            MessageRemoved(reason, bookmark=key, expire_reasons=expire_reasons) for key in keys
+        ]
+        out: list[ReplicaAction] = []
+        self._engine_actions(self.engine.handle_many(events, now_ms), now_ms, out)
+        self._request_waiting(now_ms, out)
+        return out
+
+    def _removed_from_engine(
+        self, txids: list[int], reason: RemovalReason, expire_reasons: ExpireReason, now_ms: int
+    ) -> list[ReplicaAction]:
+        """A peer's removal of messages all in the queue, once the glue knows (or will)."""
+        actions = self.engine.remove_recovered(txids, reason, expire_reasons, now_ms)
         out: list[ReplicaAction] = []
         self._engine_actions(actions, now_ms, out)
         self._request_waiting(now_ms, out)
@@ -542,12 +591,13 @@ class QueueReplica:
         expire_reasons: ExpireReason,
         now_ms: int,
     ) -> list[ReplicaAction]:
-        """Recovery (Q16): this instance's own log says these messages already left."""
-        self._index_all()
-        if self.tracks_ownership:
-            key_of = self._key_of
-            known = [t for t in txids if t in key_of]
-            self._removed_silently(list(map(key_of.__getitem__, known)), now_ms, known=known)
+        """Recovery (Q16): this instance's own log says these messages already left. During
+        a staged restore they leave the engine now and the index later (Rule 7)."""
+        if self._unindexed is not None:
+            txids = list(txids)
+            self._unindexed.removals.append(_Removal(None, txids, now_ms))
+        elif self.tracks_ownership:
+            self._own_removed(txids, now_ms)
         out: list[ReplicaAction] = []
         actions = self.engine.remove_recovered(txids, reason, expire_reasons, now_ms)
         self._engine_actions(actions, now_ms, out)
@@ -690,6 +740,12 @@ class QueueReplica:
 
     # -- glue ------------------------------------------------------------------------------
 
+    def _own_removed(self, txids: Sequence[int], now_ms: int) -> None:
+        """`_removed_silently` of this instance's own removals by txid (those it indexed)."""
+        key_of = self._key_of
+        known = [t for t in txids if t in key_of]
+        self._removed_silently(list(map(key_of.__getitem__, known)), now_ms, known=known)
+
     def _removed_silently(
         self,
         keys: list[MessageKey],
@@ -724,7 +780,7 @@ class QueueReplica:
         for txid in txids:
             if txid is not None:
                 key_of.pop(txid, None)
-        self.ownership.remove_many(keys)
+        self._ownership.remove_many(keys)  # not the property: a staged restore's last steps
         return txids
 
     def _removed_one(self, key: MessageKey, now_ms: int, sample: bool) -> int | None:
@@ -733,7 +789,7 @@ class QueueReplica:
         if asked is not None and sample:
             # It left elsewhere while we asked: the owner kept it for its own consumer
             # (a refusal, learned before the request times out).
-            owner = self.ownership.owner_of(key)
+            owner = self._ownership.owner_of(key)
             if owner is not None:
                 self.latencies.of(owner[0]).refused()
         waited = asked or self._waiting.pop(key, None)
@@ -743,7 +799,7 @@ class QueueReplica:
         txid = self.engine.txid_of(key) if waited is None else waited[0]
         if txid is not None:
             self._key_of.pop(txid, None)
-        self.ownership.remove(key)
+        self._ownership.remove(key)
         return txid
 
     def _sample(self, waited: list[tuple[int, int, str] | None], now_ms: int) -> None:
@@ -889,9 +945,17 @@ class QueueReplica:
         self._move(moves, now_ms, out)
 
 
+class _Removal(NamedTuple):
+    """A removal a staged restore applied to the engine only; the index takes it later."""
+
+    keys: list[MessageKey] | None  # a peer's, by bookmark; None for this instance's own
+    txids: list[int]  # the messages' txids (a peer's: each one's in the queue here)
+    now_ms: int
+
+
 @dataclass(slots=True)
 class _Unindexed:
-    """What a staged restore has yet to index: `tracked[done:]` (Rule 7)."""
+    """What a staged restore has yet to index: `tracked[done:]`, then `removals` (Rule 7)."""
 
     tracked: Sequence[int]  # the txids of the messages ownership tracks, increasing
     flags: bytes  # 1 for each owned elsewhere (waiting here)
@@ -902,6 +966,7 @@ class _Unindexed:
     starts: list[int]  # each run's first position, and the end
     now_ms: int  # when the restored messages started to wait
     done: int = 0
+    removals: deque[_Removal] = field(default_factory=deque)  # oldest first
 
 
 def _check_bookmarks(

@@ -10,7 +10,7 @@ fairness, barriers), `deadlines` (timers), `acks` (Q10–Q12), `recovery` (repla
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, islice
 from operator import attrgetter, le, lt
 from typing import Any
@@ -382,6 +382,16 @@ class QueueEngine:
             return None
         slot = state.table.slot_of(txid)
         return None if slot < 0 or state.table.state[slot] == REMOVED else txid
+
+    def txids_of(self, bookmarks: Sequence[tuple[int, int]]) -> list[int | None]:
+        """`txid_of` of each bookmark, in order (a replicated removal's hundreds at once)."""
+        table = self._state.table
+        slot_of, row_state = table.slot_of, table.state
+        found = self._state.bookmarks.find_many(bookmarks)
+        for at, txid in enumerate(found):
+            if txid is not None and ((slot := slot_of(txid)) < 0 or row_state[slot] == REMOVED):
+                found[at] = None
+        return found
 
     def deferred_ack_count(self) -> int:
         """How many acks wait for their message (DeferredAckExpiration)."""

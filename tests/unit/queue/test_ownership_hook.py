@@ -132,3 +132,25 @@ def test_publishing_owned_elsewhere_in_bulk_equals_one_event_each(data: st.DataO
         bulk.check_invariants()
     assert bulk.snapshot() == each.snapshot()
     assert bulk.statistics(now_ms) == each.statistics(now_ms)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    published=st.lists(st.tuples(st.integers(1, 3), st.booleans()), max_size=40),
+    acked=st.lists(st.integers(0, 50), max_size=30),
+    asked=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 20)), max_size=30),
+)
+def test_txids_of_is_txid_of_of_each(
+    published: list[tuple[int, bool]], acked: list[int], asked: list[tuple[int, int]]
+) -> None:
+    """The bulk look-up a replicated removal uses: each bookmark's txid while its message is
+    in the queue, None once removed (compacted or not) or never there."""
+    engine = QueueEngine(QueuePolicy())
+    seqs = dict.fromkeys(range(1, 4), 0)
+    for txid, (publisher, gap) in enumerate(published, start=1):
+        seqs[publisher] += 1 + gap
+        engine.handle(MessagePublished(txid, publisher, seqs[publisher], 0, elsewhere=gap), 0)
+    keys = [(p, s) for p, s in asked]
+    for pick in acked:  # peers' acks of some (or of none here: deferred)
+        engine.handle(Acked("c", [keys[pick % len(keys)] if keys else (1, pick)]), 1)
+    assert engine.txids_of(keys) == [engine.txid_of(key) for key in keys]
