@@ -10,12 +10,15 @@ milliseconds are far inside; NO_EXPIRY is not, so callers keep it out).
 
 from __future__ import annotations
 
+import re
 import sys
 from array import array
+from itertools import compress
 
 _BIG = sys.byteorder == "big"
 _ONE = bytes(7) + b"\x01" if _BIG else b"\x01" + bytes(7)
 LIMIT = 1 << 62
+_SET_RUNS = re.compile(rb"[^\x00]+")
 
 
 def add_constant(values: array[int], constant: int) -> array[int]:
@@ -33,3 +36,30 @@ def add_constant(values: array[int], constant: int) -> array[int]:
     result = array("q")
     result.frombytes((words ^ sign).to_bytes(8 * count, order))
     return result
+
+
+def or_bytes(first: bytes, second: bytes) -> bytes:
+    """`bytes(map(or_, first, second))` of two byte strings of one length, computed in C (one
+    big integer each: an OR carries nothing from one byte into the next)."""
+    assert len(first) == len(second)
+    count = len(first)
+    return (int.from_bytes(first, "little") | int.from_bytes(second, "little")).to_bytes(
+        count, "little"
+    )
+
+
+def select(values: array[int], mask: bytes) -> array[int]:
+    """`array(values.typecode, compress(values, mask))`: one slice per run of set bytes (a
+    replicated queue's own messages come in runs, as each origin's group commits logged them),
+    the rest compressed item by item once the runs turn out short."""
+    assert len(values) == len(mask)
+    out = array(values.typecode)
+    budget = len(mask) // 64 + 1  # slices before short runs would cost more than compress
+    for found in _SET_RUNS.finditer(mask):
+        start, end = found.span()
+        out += values[start:end]
+        budget -= 1
+        if not budget:
+            out.extend(compress(values[end:], memoryview(mask)[end:]))
+            break
+    return out

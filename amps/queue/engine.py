@@ -386,10 +386,17 @@ class QueueEngine:
     def txids_of(self, bookmarks: Sequence[tuple[int, int]]) -> list[int | None]:
         """`txid_of` of each bookmark, in order (a replicated removal's hundreds at once)."""
         table = self._state.table
-        slot_of, row_state = table.slot_of, table.state
         found = self._state.bookmarks.find_many(bookmarks)
+        # `slot_of` inlined for the dense rows (most): a call per message is a third of it.
+        rows, row_state, base, head = table.txid, table.state, table.base, table.head
+        count = len(rows)
         for at, txid in enumerate(found):
-            if txid is not None and ((slot := slot_of(txid)) < 0 or row_state[slot] == REMOVED):
+            if txid is None:
+                continue
+            slot = txid - base
+            if not (head <= slot < count and rows[slot] == txid):
+                slot = table.slot_of(txid)
+            if slot < 0 or row_state[slot] == REMOVED:
                 found[at] = None
         return found
 

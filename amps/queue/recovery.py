@@ -18,11 +18,11 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, islice, repeat
-from operator import add, itemgetter, le, lt
+from operator import itemgetter, le, lt
 
 from amps.queue.actions import Action, ExpireReason, RemovalReason
 from amps.queue.bookmarks import BookmarkIndex
-from amps.queue.bulk import add_constant
+from amps.queue.bulk import add_constant, or_bytes, select
 from amps.queue.columns import Column, as_array, column_bytes, tail
 from amps.queue.events import MessageRemoved
 from amps.queue.state import QueueState
@@ -207,7 +207,7 @@ def snapshot(state: QueueState) -> QueueSnapshot:
 
     def pick(column: Column, typecode: str) -> array[int]:
         rows = as_array(column, typecode, head)  # one buffer copy
-        return rows if keep is None else array(typecode, compress(rows, keep))
+        return rows if keep is None else select(rows, keep)
 
     txids = pick(table.txid, "q")
     stamps = pick(table.timestamp_ms, "q")
@@ -327,8 +327,8 @@ def restore(state: QueueState, snap: QueueSnapshot, shift_ms: int) -> None:
     table.timestamp_ms = columns("q", stamps)
     table.state = columns("B", rows.states)
     if rows.elsewhere:
-        marks = bytes(map(add, snap.barrier_flags, snap.elsewhere_flags.translate(_TIMES_TWO)))
-        flags = bytearray(marks.translate(_ROW_FLAGS))
+        barriers = bytes(snap.barrier_flags).translate(_BARRIER_FLAG)
+        flags = bytearray(or_bytes(barriers, snap.elsewhere_flags.translate(_ELSEWHERE_FLAG)))
     else:
         flags = bytearray(bytes(snap.barrier_flags).translate(_BARRIER_FLAG))
     table.delivery_count = columns("H", bytes(2 * count))
@@ -356,8 +356,8 @@ def restore(state: QueueState, snap: QueueSnapshot, shift_ms: int) -> None:
     if rows.fresh is None:
         fresh, fresh_priorities = txids, snap.priorities
     else:
-        fresh = array("q", compress(txids, rows.fresh))
-        fresh_priorities = array("Q", compress(snap.priorities, rows.fresh))
+        fresh = select(txids, rows.fresh)
+        fresh_priorities = select(snap.priorities, rows.fresh)
     _fill_levels(state, fresh, fresh_priorities, snap.priorities)
     _fill_bookmarks(state, snap)
     if count:
@@ -533,7 +533,7 @@ _BARRIER_FLAG = bytes(BARRIER if b else 0 for b in range(256))
 _OUT_OF_ORDER_MASK = bytes(1 if b & OUT_OF_ORDER_EXPIRY else 0 for b in range(256))
 _ELSEWHERE_MASK = bytes(1 if b & ELSEWHERE else 0 for b in range(256))
 _NOT_ONE = bytes(0 if b == 1 else 1 for b in range(256))
-_TIMES_TWO = bytes((2 * b) & 255 for b in range(256))
 _INACTIVE_IF_ONE = bytes(INACTIVE if b == 1 else AVAILABLE for b in range(256))
-# barrier byte | elsewhere byte << 1 -> the row's flags (a barrier is never owned elsewhere)
-_ROW_FLAGS = bytes((BARRIER if b & 1 else 0) | (ELSEWHERE if b & 2 else 0) for b in range(256))
+# snapshot elsewhere byte -> ELSEWHERE flag (1 marks a row owned elsewhere, as `_row_states`
+# counts them; a barrier is never owned elsewhere)
+_ELSEWHERE_FLAG = bytes(ELSEWHERE if b == 1 else 0 for b in range(256))

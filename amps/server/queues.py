@@ -591,10 +591,11 @@ class QueueDriver:
         else:
             events = [MessageRemoved(reason, bookmark=p, expire_reasons=expire) for p in pairs]
             actions = self.engine.handle_many(events, now_ms)
-        is_deferred = self.engine.is_deferred
-        for pair in pairs:
-            if is_deferred(pair):
-                self._deferred_logged.setdefault(pair, record.txid)
+        if self.engine.deferred_ack_count():  # none waits (the usual): no look-up per ack
+            is_deferred = self.engine.is_deferred
+            for pair in pairs:
+                if is_deferred(pair):
+                    self._deferred_logged.setdefault(pair, record.txid)
         return actions
 
     def transfer_requested(self, keys: Sequence[tuple[int, int]], requester: str) -> None:

@@ -7,12 +7,13 @@ import random
 import struct
 from array import array
 from dataclasses import replace
+from itertools import compress
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amps.queue import Acked, MessagePublished, QueueEngine, QueuePolicy, QueueSnapshot
-from amps.queue.bulk import add_constant
+from amps.queue.bulk import add_constant, or_bytes, select
 from amps.queue.recovery import HINT_EXPIRY_DERIVED, HINT_SEQS_IN_ORDER
 from amps.queue.snapshot_codec import decode_snapshot, encode_snapshot
 from amps.queue.state import QueueState
@@ -217,6 +218,26 @@ def test_an_aqs2_snapshot_restores_as_its_aqs3_equivalent(
 )
 def test_add_constant_adds_to_every_word(values: list[int], constant: int) -> None:
     assert list(add_constant(array("q", values), constant)) == [v + constant for v in values]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(0, 255), st.integers(0, 255))))
+def test_or_bytes_ors_every_byte(pairs: list[tuple[int, int]]) -> None:
+    first, second = bytes(a for a, _ in pairs), bytes(b for _, b in pairs)
+    assert or_bytes(first, second) == bytes(a | b for a, b in pairs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(0, 3)), max_size=400),
+    runs=st.integers(1, 40),
+)
+def test_select_is_compress(rows: list[tuple[int, int]], runs: int) -> None:
+    """Whatever the runs: long ones (sliced), or short ones past the budget (compressed)."""
+    values = array("q", [v for v, _ in rows])
+    mask = bytes(m * (i // runs % 2) for i, (_, m) in enumerate(rows))
+    assert list(select(values, mask)) == list(compress(values, mask))
+    assert select(values, mask).typecode == "q"
 
 
 def test_many_publishers_with_compacted_and_uncompacted_garbage() -> None:
