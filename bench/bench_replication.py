@@ -408,10 +408,13 @@ def link_costs(count: int) -> None:
     from amps.log import codec
     from amps.log.received import ReceivedFrames
     from amps.publishing import PublishingCore
+    from amps.server.app import fix_malloc_mmap_threshold
     from amps.v1 import replication_pb2 as pb
     from replication.convert import decode_link_frame, from_pb, to_pb
     from replication.frames import Batch
 
+    # The allocator as an instance sets it: a kilobyte frame's copy costs what it costs there.
+    fix_malloc_mmap_threshold()
     payload = orjson.dumps({"pad": "x" * 1000})
     root = Path(tempfile.mkdtemp(prefix="bench-link-"))
     try:
