@@ -23,7 +23,7 @@ from operator import itemgetter, le, lt
 from amps.queue.actions import Action, ExpireReason, RemovalReason
 from amps.queue.bookmarks import BookmarkIndex
 from amps.queue.bulk import add_constant, or_bytes, select
-from amps.queue.columns import Column, as_array, column_bytes, tail
+from amps.queue.columns import Column, as_array, column_bytes
 from amps.queue.events import MessageRemoved
 from amps.queue.state import QueueState
 from amps.queue.table import (
@@ -286,8 +286,8 @@ def _bookmarks_of(
             run_seqs = as_array(run.seqs, "Q", start)
         else:
             mask = bytes(map(live.__contains__, run_txids))
-            run_txids = array("q", compress(run_txids, mask))
-            run_seqs = array("Q", compress(tail(run.seqs, start), mask))
+            run_txids = select(run_txids, mask)  # the live entries come in runs, mostly
+            run_seqs = select(as_array(run.seqs, "Q", start), mask)
         if run_txids:
             out.append(BookmarkRun(publisher_id, run_seqs, run_txids))
     later.sort(key=itemgetter(2))
