@@ -34,13 +34,13 @@ Rule 7: a restart serves before it has indexed every message (Q16). A restore fr
         (`restore_step`). Until the last step only a subscription, a disconnect and time
         (leases, expiry) are served, from the engine alone, and no transfer is requested;
         any other input, and any step that removes a message, finishes the index first;
-        except the removals a restart replays from the log after its snapshot (this
-        instance's own by txid, a peer's by bookmark of messages all in the queue): they
-        leave the engine at once, so none is delivered, and the index takes them after its
-        last message, in the order they came, as the steps of `_removed_silently` they would
-        have been (so the restore ends as one that indexed everything first). A peer's
-        removal naming a message not in the queue (an early ack, or one gone already) could
-        depend on what the index has yet to learn: it finishes the index first.
+        except a removal (this instance's own by txid, replayed from the log after the
+        snapshot; a peer's by bookmark of messages all in the queue, replayed or live): it
+        leaves the engine at once, so none is delivered, and the index takes it after its
+        last message, in the order they came, as the `_removed_silently` step it would have
+        been (so the restore ends as one that indexed everything first). A peer's removal
+        naming a message not in the queue (an early ack, or one gone already) could depend
+        on what the index has yet to learn: it finishes the index first.
 
 Actions are the engine's (`Deliver`, `DeliverBarrier`, `RecordRemoval`, `PublishDeadLetter`)
 and the ownership machine's `AppendOwnership`, `SendOwnership` and `SendTransferRequest`; its
