@@ -310,11 +310,11 @@ class QueueReplica:
         indexed, the next removals replayed meanwhile (Rule 7)."""
         pending = self._unindexed
         assert pending is not None
-        if pending.done < len(pending.tracked) or not pending.removals:
+        if not pending.indexed:
             self._index_step(pending)
         else:
             self._apply_removals(pending)
-        if pending.done == len(pending.tracked) and not pending.removals:
+        if pending.indexed and not pending.removals:
             self._unindexed = None
 
     def _apply_removals(self, pending: _Unindexed) -> None:
@@ -374,6 +374,9 @@ class QueueReplica:
         waits = zip(compress(step, flags), repeat(pending.now_ms), compress(owners, flags))
         self._waiting.update(zip(compress(keys, flags), waits))  # noqa: B905 (as long)
         pending.done = last
+        # The last step also maps the bookmarks after the last tracked message (barriers),
+        # so it runs even when no message is tracked at all.
+        pending.indexed = last == len(tracked)
 
     def initial_owners(self, first_txid: int) -> InitialOwners:
         """The initial owners of the messages from `first_txid` on (a snapshot's), the older
@@ -966,6 +969,7 @@ class _Unindexed:
     starts: list[int]  # each run's first position, and the end
     now_ms: int  # when the restored messages started to wait
     done: int = 0
+    indexed: bool = False  # the last step ran
     removals: deque[_Removal] = field(default_factory=deque)  # oldest first
 
 

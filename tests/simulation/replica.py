@@ -227,8 +227,17 @@ class SimQueue:
             if not self.holds(record):
                 continue
             if isinstance(record, QueueRecord) and record.origin_instance == self.here:
-                for key in self._keys(record):
-                    reason, reasons = _removal_of(record)
+                # As the server replays its own removal: by txid (`removed_recovered`, which
+                # a staged restore applies to the engine at once and to its index later),
+                # and by bookmark an ack made here before its message came.
+                reason, reasons = _removal_of(record)
+                txid_of = {key: txid for txid, key in self.key_of.items()}
+                keys = self._keys(record)
+                txids = [txid_of[key] for key in keys if key in txid_of]
+                if txids:
+                    actions = self.replica.removed_recovered(txids, reason, reasons, now_ms)
+                    out += self._out(actions)
+                for key in (key for key in keys if key not in txid_of):
                     event = MessageRemoved(reason, bookmark=key, expire_reasons=reasons)
                     out += self._out(self.replica.handle(event, now_ms))
             else:

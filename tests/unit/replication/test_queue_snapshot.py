@@ -451,6 +451,26 @@ def test_an_ack_for_a_message_not_in_the_queue_finishes_a_staged_restore_first()
     assert state(staged) == state(indexed)
 
 
+def test_a_barrier_released_in_the_log_after_a_snapshot_of_barriers_only() -> None:
+    """Rule 7 (seed 149 of the cluster simulation): with no message tracked the index's one
+    step still maps the barriers' bookmarks, and a removal of one replayed meanwhile waits
+    for it, so the restore remembers the barrier's key removed, as one indexed first."""
+    policy = QueuePolicy(has_barrier=True)
+    live = Live(fresh(policy, ReplicaOptions()))
+    live.publish(1, "b", True)
+    snap = queue_snapshot.decode(queue_snapshot.encode(take(live)))
+    reason, expire = RemovalReason.BARRIER_DELIVERED, ExpireReason.TIME_LIMIT
+    staged = queue_snapshot.restore(snap, HERE, policy, ReplicaOptions(), 0, NOW)
+    staged.removed_recovered([1], reason, expire, NOW)
+    assert staged.restoring
+    _finish(staged, NOW)
+    indexed = queue_snapshot.restore(snap, HERE, policy, ReplicaOptions(), 0, NOW)
+    _finish(indexed, NOW)
+    indexed.removed_recovered([1], reason, expire, NOW)
+    assert staged.state_of(live.key_of[1]) is OwnershipState.REMOVED
+    assert state(staged) == state(indexed)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     policy=policies, kind=kinds, drawn=ops, size=st.integers(1, 4),
