@@ -20,7 +20,9 @@ from amps.log.received import ChosenFrames, scan
 from amps.log.records import PublishRecord, Record
 from amps.v1 import replication_pb2 as pb
 from replication.frames import (
+    ACK_AT_ONCE,
     Ack,
+    AckPolicy,
     Batch,
     Digest,
     Frame,
@@ -59,6 +61,7 @@ def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
                 heard=[pb.Heard(instance=i, age_ms=age) for i, age in frame.heard],
                 heads=_positions_to_pb(frame.heads),
                 acked_through_txid=frame.acked_through_txid,
+                ack_policy=_policy_to_pb(frame.ack_policy),
             )
         )
     if isinstance(frame, Refusal):
@@ -93,8 +96,25 @@ def to_pb(frame: Frame, *kept: Mapping[int, bytes]) -> pb.LinkFrame:
                 queues=[_queue_to_pb(q) for q in digest.queues],
             ),
             positions=_positions_to_pb(frame.positions),
+            ack_policy=_policy_to_pb(frame.ack_policy),
         )
     )
+
+
+def _policy_to_pb(policy: AckPolicy) -> pb.AckPolicy | None:
+    if policy == ACK_AT_ONCE:
+        return None  # unset: what an older peer sends, and reads as at once
+    return pb.AckPolicy(
+        interval_ms=policy.interval_ms,
+        window_batches=policy.window_batches,
+        window_bytes=policy.window_bytes,
+    )
+
+
+def _policy_from_pb(policy: pb.AckPolicy) -> AckPolicy:
+    if not policy.interval_ms:
+        return ACK_AT_ONCE
+    return AckPolicy(policy.interval_ms, policy.window_batches, policy.window_bytes)
 
 
 def _queue_to_pb(queue: QueueDigest) -> pb.QueueDigest:
@@ -274,6 +294,7 @@ def from_pb(message: pb.LinkFrame | WireBatch) -> Frame:
             tuple((h.instance, h.age_ms) for h in heartbeat.heard),
             _positions_from_pb(heartbeat.heads),
             heartbeat.acked_through_txid,
+            _policy_from_pb(heartbeat.ack_policy),
         )
     if kind == "refusal":
         return Refusal(message.refusal.code, message.refusal.message)
@@ -308,6 +329,7 @@ def from_pb(message: pb.LinkFrame | WireBatch) -> Frame:
                 queues=tuple(_queue_from_pb(q) for q in digest.queues),
             ),
             positions=_positions_from_pb(hello.positions),
+            ack_policy=_policy_from_pb(hello.ack_policy),
         )
     raise BadFrame("an empty LinkFrame")
 

@@ -71,6 +71,21 @@ class Digest:
 
 
 @dataclass(frozen=True, slots=True)
+class AckPolicy:
+    """How a side asks the receiver of its batches to acknowledge them. `interval_ms` 0: at
+    once (a sync destination not downgraded, a side that does not send, an older peer); else at
+    most `interval_ms` after a batch is durable (`AckConflationInterval` of an async link), and
+    at once when the unacknowledged batches or bytes reach half the sender's window."""
+
+    interval_ms: int = 0
+    window_batches: int = 0
+    window_bytes: int = 0
+
+
+ACK_AT_ONCE = AckPolicy()
+
+
+@dataclass(frozen=True, slots=True)
 class Hello:
     """The first frame each side sends: who it is, who it expects, what it replicates and,
     per origin, what it already holds from the peer over this link."""
@@ -82,6 +97,7 @@ class Hello:
     expected_group: str  # the destination's Group; "" when it accepted
     digest: Digest
     positions: tuple[OriginPosition, ...] = ()
+    ack_policy: AckPolicy = ACK_AT_ONCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +126,13 @@ class Heartbeat:
     heard from (directly or through passthrough), how long ago in milliseconds. A sender with
     a destination for the receiver adds its `heads` (per origin, the newest record of it in
     its durable log) and `acked_through_txid` (its txid up to which the receiver holds all it
-    takes): the receiver's per-origin lag (replication/origins.py)."""
+    takes): the receiver's per-origin lag (replication/origins.py). `ack_policy` restates the
+    sender's (sent at once when a downgrade or upgrade changes it)."""
 
     heard: tuple[tuple[str, int], ...] = ()
     heads: tuple[OriginPosition, ...] = ()
     acked_through_txid: int = 0
+    ack_policy: AckPolicy = ACK_AT_ONCE
 
 
 @dataclass(frozen=True, slots=True)

@@ -359,12 +359,14 @@ class Replicator:
             # commit covers several when they came while the fsync before it was in flight,
             # which is when the machine is busiest; one gRPC message each way fewer per extra
             # batch then.
-            acks: dict[_Session, Send] = {}
+            acks: dict[_Session, Send | None] = {}
             while awaiting and awaiting[0][0] <= durable_txid:
                 target, session, through, received_ns, _applied_ns = awaiting.popleft()
                 self._durable(session, through, target, received_ns, acks)
             for session, ack in acks.items():
-                self._execute(session, [ack])
+                if ack is not None:
+                    self._execute(session, [ack])
+                self._arm(session)  # a conflated ack's deadline (Rule 5 of link_core)
         durable = (durable_txid, perf_counter_ns())
         for session in list(self._sessions.values()):
             if session.core.state is LinkState.READY and session.core.sends:
@@ -391,7 +393,10 @@ class Replicator:
         core = self.cores.get(peer)
         if core is None or not core.sync:
             return False
-        core.handle(SyncChanged(downgraded, reason), self.instance.now_ms())
+        actions = core.handle(SyncChanged(downgraded, reason), self.instance.now_ms())
+        session = self._sessions.get(peer)
+        if session is not None:
+            self._execute(session, actions)  # the peer learns its new ack policy (Rule 5)
         log.warning(
             "replication destination %s %s (%s)",
             peer,
@@ -478,6 +483,7 @@ class Replicator:
                     "connected": stats.state == LinkState.READY.value,
                     "batches_received": stats.batches_received,
                     "messages_received": stats.records_received,
+                    "acks_sent": stats.acks_sent,
                     "refused": self._refused(stats.peer),
                 }
             )
@@ -488,6 +494,7 @@ class Replicator:
                 "connected": False,
                 "batches_received": 0,
                 "messages_received": 0,
+                "acks_sent": 0,
                 "refused": self._refused(peer),
             }
             for peer in self.admission.refused
@@ -863,7 +870,7 @@ class Replicator:
         through_txid: int,
         target: int,
         received_ns: int,
-        acks: dict[_Session, Send],
+        acks: dict[_Session, Send | None],
     ) -> None:
         """A received batch is durable here: its positions are held; its ack goes to `acks`
         (the latest per link, sent by the caller), anything else at once."""
@@ -871,6 +878,7 @@ class Replicator:
         if self._sessions.get(session.core.peer) is not session:
             return
         actions = session.core.handle(RecordsDurable(through_txid, target), self.instance.now_ms())
+        acks.setdefault(session, None)
         others: list[Action] = []
         for action in actions:
             if isinstance(action, Send) and isinstance(action.frame, Ack):

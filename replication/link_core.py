@@ -11,6 +11,13 @@ bytes are unacknowledged, and lets records gather into the next batch while the 
 (`should_send_now`): an idle link adds no delay and a busy one pays one gRPC message per batch,
 not per record. The window is wide enough to cover the receiver's fsync: a batch held back
 until an ack arrives misses the receiver's next group commit and waits a whole fsync more.
+Rule 5: acks are cumulative. The receiver of a sync link (not downgraded) acknowledges each
+batch once it is durable: a publisher's persisted ack waits for it. The receiver of an async
+link acknowledges at most `AckConflationInterval` later (`AckPolicy`, from the sender's Hello
+and restated at once in a heartbeat when a downgrade or upgrade changes it), and at once when
+the batches or bytes it has not acknowledged reach half the sender's window, so conflating
+never makes the sender hold records back (Rule 3). An ack not sent when the stream breaks is
+only a position the sender resumes before: the Hello reports what is held (Rule 2).
 Rule 4: one link per pair carries both directions. Either side may have a destination for the
 other (two-way), or only one side (one-way); the other side then only acknowledges.
 
@@ -34,8 +41,10 @@ from amps.log.bookmarks import Bookmark
 from amps.log.received import ChosenFrames, ReceivedFrames
 from amps.log.records import PublishRecord, QueueRecord, Record
 from replication.frames import (
+    ACK_AT_ONCE,
     PROTOCOL_VERSION,
     Ack,
+    AckPolicy,
     Batch,
     Digest,
     Frame,
@@ -70,6 +79,10 @@ REFUSALS: dict[str, str] = {
     "group of a holder of the queue behind the peer (replication/topology.py)",
 }
 
+
+# A peer may ask for no longer than AMPS allows (AckConflationInterval < 1s), so what it has
+# not had acknowledged stays bounded in time.
+MAX_ACK_INTERVAL_MS = 1000
 
 _FRAME_LENGTH = itemgetter(2)  # of a ReceivedFrames head: the frame's payload length
 
@@ -222,6 +235,7 @@ class LinkStatistics:
     resyncs: int
     sync_changes: int
     last_heard_ms: int | None
+    acks_sent: int = 0  # acks this side sent for the peer's batches (Rule 5 conflates them)
 
 
 def _order_and_ends(
@@ -244,6 +258,11 @@ def _order_and_ends(
         last_txid = txid
         ends[record.origin_instance] = (record.origin_txid, txid)
     return True, last_txid, ends
+
+
+def _records_bytes(records: Sequence[Record]) -> int:
+    """A batch's size as the sender counts it in its window (`LinkCore._choose`)."""
+    return sum(len(r.data) if type(r) is PublishRecord else 64 for r in records)
 
 
 def should_send_now(in_flight_batches: int, in_flight_bytes: int, limits: LinkLimits) -> bool:
@@ -297,9 +316,17 @@ class LinkCore:
         self.acked_through_txid = 0
         self._unacked_since_ms: int | None = None
         self._more = False
-        # receiver: per batch through_txid, the last record of each origin in it
-        self._pending_positions: deque[tuple[int, dict[str, OriginPosition]]] = deque()
+        # receiver: per batch (through_txid, the last record of each origin in it, size_bytes)
+        self._pending_positions: deque[tuple[int, dict[str, OriginPosition], int]] = deque()
+        self._pending_bytes = 0
         self.received_through_txid = 0
+        # receiver: the peer's AckPolicy (Rule 5), and the durable batches not yet acknowledged
+        self._peer_policy = ACK_AT_ONCE
+        self._owed_through = 0  # the last durable batch's through_txid, 0: no ack owed
+        self._owed_batches = 0
+        self._owed_bytes = 0
+        self._ack_due_ms: int | None = None
+        self._acks_sent = 0
         # counters and timers
         self._batches_sent = 0
         self._records_sent = 0
@@ -334,14 +361,20 @@ class LinkCore:
                 self._reset(reason)
                 return []
             case SyncChanged(downgraded, _):
-                if self.sync and downgraded != self.downgraded:
-                    self.downgraded = downgraded
-                    self._sync_changes += 1
-                return []
+                if not self.sync or downgraded == self.downgraded:
+                    return []
+                self.downgraded = downgraded
+                self._sync_changes += 1
+                if self.state is not LinkState.READY:
+                    return []  # the next Hello carries the new policy
+                # Rule 5: the receiver learns at once, so an upgrade leaves no ack waiting.
+                self._last_heartbeat_ms = now_ms
+                return [self._send(self._heartbeat(now_ms), now_ms)]
         raise AssertionError(f"unknown event {event!r}")
 
     def on_deadline(self, now_ms: int) -> list[Action]:
-        """Heartbeat an idle link; close a link whose peer has gone silent."""
+        """Heartbeat an idle link; close a link whose peer has gone silent; send a conflated
+        ack whose interval is over."""
         if self.state is LinkState.IDLE:
             return []
         heard = self._last_heard_ms if self._last_heard_ms is not None else self._connected_ms
@@ -349,19 +382,36 @@ class LinkCore:
             reason = f"no frame from {self.peer or 'the peer'} for {now_ms - heard} ms"
             self._reset(reason)
             return [Close(reason)]
+        actions: list[Action] = []
+        if self._ack_due_ms is not None and now_ms >= self._ack_due_ms:
+            actions.append(self._send_ack(now_ms))
         if self.state is LinkState.READY and (
             now_ms - self._last_heartbeat_ms >= self.limits.heartbeat_interval_ms
         ):
             # Also on a busy link: the heartbeat carries the reachability table onwards.
             self._last_heartbeat_ms = now_ms
-            return [self._send(self._heartbeat(now_ms), now_ms)]
-        return []
+            actions.append(self._send(self._heartbeat(now_ms), now_ms))
+        return actions
 
     def _heartbeat(self, now_ms: int) -> Heartbeat:
         heard = self.reachability.table(now_ms)
-        if self.heads is None or not self.sends:
+        if not self.sends:
             return Heartbeat(heard)
-        return Heartbeat(heard, self.heads.positions(), self.acked_through_txid)
+        if self.heads is None:
+            return Heartbeat(heard, ack_policy=self.ack_policy)
+        return Heartbeat(heard, self.heads.positions(), self.acked_through_txid, self.ack_policy)
+
+    @property
+    def ack_policy(self) -> AckPolicy:
+        """How the peer is to acknowledge this side's batches (Rule 5)."""
+        route = self._route
+        if route is None or (route.sync and not self.downgraded):
+            return ACK_AT_ONCE
+        return AckPolicy(
+            route.ack_conflation_interval_ms,
+            self.limits.window_batches,
+            self.limits.window_bytes,
+        )
 
     def next_deadline_ms(self) -> int | None:
         """When `on_deadline` next has work, or None while there is no stream."""
@@ -371,6 +421,8 @@ class LinkCore:
         deadline = heard + self.limits.peer_timeout_ms
         if self.state is LinkState.READY:
             deadline = min(deadline, self._last_heartbeat_ms + self.limits.heartbeat_interval_ms)
+        if self._ack_due_ms is not None:
+            deadline = min(deadline, self._ack_due_ms)
         return deadline
 
     @property
@@ -410,6 +462,7 @@ class LinkCore:
             expected_group=route.group if dialled and route is not None else "",
             digest=self._digest(),
             positions=self.book.positions(self.peer),
+            ack_policy=self.ack_policy,
         )
 
     def _digest(self) -> Digest:
@@ -438,7 +491,7 @@ class LinkCore:
         self.reachability.heard_via(frame.heard, now_ms)
         if self.lags is not None and frame.heads:
             self.lags.heard(self.peer, frame.heads, frame.acked_through_txid, now_ms)
-        return []
+        return self._peer_policy_changed(frame.ack_policy, now_ms)
 
     def _on_hello(self, hello: Hello, now_ms: int) -> list[Action]:
         if self.state is LinkState.READY:
@@ -452,6 +505,7 @@ class LinkCore:
         self.state = LinkState.READY
         self.refusal = None
         self._last_heartbeat_ms = now_ms
+        self._peer_policy = hello.ack_policy
         self._start_sending(hello.positions)
         actions.extend(self._fill(now_ms))
         return actions
@@ -745,7 +799,12 @@ class LinkCore:
             origin: OriginPosition(origin, origin_txid, txid)
             for origin, (origin_txid, txid) in ends.items()
         }
-        self._pending_positions.append((batch.through_txid, last))
+        records = batch.records
+        size_bytes = (
+            len(records.data) if type(records) is ReceivedFrames else _records_bytes(records)
+        )
+        self._pending_positions.append((batch.through_txid, last, size_bytes))
+        self._pending_bytes += size_bytes
         self.received_through_txid = batch.through_txid
         self._batches_received += 1
         self._records_received += len(batch.records)
@@ -757,15 +816,55 @@ class LinkCore:
             return []  # the stream that carried them is gone; the Hello reports what is held
         acked = 0
         while pending and pending[0][0] <= through_txid:
-            batch_through, positions = pending.popleft()
+            batch_through, positions, size_bytes = pending.popleft()
             for position in positions.values():
                 self.book.hold(self.peer, position)
                 if self.heads is not None and local_txid:
                     self.heads.advance(replace(position, upstream_txid=local_txid))
             acked = batch_through
+            self._pending_bytes -= size_bytes
+            self._owed_batches += 1
+            self._owed_bytes += size_bytes
         if not acked:
             return []
-        return [self._send(Ack(acked), now_ms)]
+        self._owed_through = acked
+        policy = self._peer_policy
+        # Rule 5: what the sender counts in its window is every batch not acknowledged,
+        # durable here or not.
+        if (
+            not policy.interval_ms
+            or (self._owed_batches + len(pending)) * 2 >= policy.window_batches
+            or (self._owed_bytes + self._pending_bytes) * 2 >= policy.window_bytes
+        ):
+            return [self._send_ack(now_ms)]
+        if self._ack_due_ms is None:
+            self._ack_due_ms = now_ms + min(policy.interval_ms, MAX_ACK_INTERVAL_MS)
+        return []
+
+    def _send_ack(self, now_ms: int) -> Send:
+        """The cumulative ack of every durable batch of the peer's (one is owed)."""
+        through = self._owed_through
+        assert through, "no ack owed"
+        self._owed_through = self._owed_batches = self._owed_bytes = 0
+        self._ack_due_ms = None
+        self._acks_sent += 1
+        return self._send(Ack(through), now_ms)
+
+    def _peer_policy_changed(self, policy: AckPolicy, now_ms: int) -> list[Action]:
+        """The peer restated how it wants its batches acknowledged: an ack owed goes at once
+        when it now wants acks at once (an upgrade to sync), else by the new interval."""
+        if policy == self._peer_policy:
+            return []
+        self._peer_policy = policy
+        if not self._owed_through:
+            return []
+        if not policy.interval_ms:
+            return [self._send_ack(now_ms)]
+        self._ack_due_ms = min(
+            self._ack_due_ms if self._ack_due_ms is not None else now_ms + policy.interval_ms,
+            now_ms + min(policy.interval_ms, MAX_ACK_INTERVAL_MS),
+        )
+        return []
 
     # -- common ------------------------------------------------------------------------------
 
@@ -779,8 +878,13 @@ class LinkCore:
         self._in_flight.clear()
         self._in_flight_bytes = 0
         self._pending_positions.clear()
+        self._pending_bytes = 0
         self.received_through_txid = 0
         self._more = False
+        # An ack not sent is a position the peer resumes before (Rule 5): nothing is lost.
+        self._peer_policy = ACK_AT_ONCE
+        self._owed_through = self._owed_batches = self._owed_bytes = 0
+        self._ack_due_ms = None
 
     def statistics(self, now_ms: int) -> LinkStatistics:
         """Counters and gauges of this link, at `now_ms`."""
@@ -802,6 +906,7 @@ class LinkCore:
             resyncs=self._resyncs,
             sync_changes=self._sync_changes,
             last_heard_ms=self._last_heard_ms,
+            acks_sent=self._acks_sent,
         )
 
     def check_invariants(self) -> None:
@@ -818,7 +923,13 @@ class LinkCore:
         if self.state is not LinkState.READY:
             assert not self._in_flight
             assert not self._pending_positions
-        pending = [through for through, _ in self._pending_positions]
+            assert not self._owed_through
+        pending = [through for through, _, _ in self._pending_positions]
         assert pending == sorted(pending)
+        assert self._pending_bytes == sum(size for _, _, size in self._pending_positions)
         if pending:
             assert pending[-1] == self.received_through_txid
+            assert self._owed_through < pending[0]
+        assert (self._ack_due_ms is not None) == bool(self._owed_through)
+        if self._owed_through:
+            assert self._peer_policy.interval_ms

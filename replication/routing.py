@@ -66,6 +66,9 @@ class Route:
         self.group = destination.group
         self.pass_through = destination.pass_through
         self.sync = destination.sync_type == "sync"
+        # How often the destination acknowledges this link while it is async (AMPS's
+        # AckConflationInterval); a sync destination acknowledges every batch at once.
+        self.ack_conflation_interval_ms = destination.ack_conflation_interval_ms
         self._rules = tuple(
             _TopicRule(t.name, _compile(t.filter) if t.filter else None) for t in destination.topics
         )

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61mps/v1/replication.proto\x12\x07\x61mps.v1\"\xfe\x01\n\tLinkFrame\x12\x1f\n\x05hello\x18\x01 \x01(\x0b\x32\x0e.amps.v1.HelloH\x00\x12#\n\x07refusal\x18\x02 \x01(\x0b\x32\x10.amps.v1.RefusalH\x00\x12\x1f\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x0e.amps.v1.BatchH\x00\x12\x1f\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x10.amps.v1.LinkAckH\x00\x12+\n\theartbeat\x18\x05 \x01(\x0b\x32\x16.amps.v1.LinkHeartbeatH\x00\x12\x34\n\x10transfer_request\x18\x06 \x01(\x0b\x32\x18.amps.v1.TransferRequestH\x00\x42\x06\n\x04\x62ody\"\xbe\x01\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08instance\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x15\n\rexpected_peer\x18\x04 \x01(\t\x12\x16\n\x0e\x65xpected_group\x18\x05 \x01(\t\x12\x1f\n\x06\x64igest\x18\x06 \x01(\x0b\x32\x0f.amps.v1.Digest\x12*\n\tpositions\x18\x07 \x03(\x0b\x32\x17.amps.v1.OriginPosition\"q\n\x06\x44igest\x12\r\n\x05sends\x18\x01 \x01(\x08\x12\x0c\n\x04sync\x18\x02 \x01(\x08\x12$\n\x06topics\x18\x03 \x03(\x0b\x32\x14.amps.v1.TopicDigest\x12$\n\x06queues\x18\n \x03(\x0b\x32\x14.amps.v1.QueueDigest\"\xa7\x01\n\x0bQueueDigest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cmessage_type\x18\x03 \x01(\t\x12\x18\n\x10underlying_topic\x18\x04 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x05 \x01(\t\x12\x15\n\rinitial_owner\x18\x06 \x01(\t\x12%\n\x07holders\x18\x07 \x03(\x0b\x32\x14.amps.v1.QueueHolder\".\n\x0bQueueHolder\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\"A\n\x0bTopicDigest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmessage_type\x18\x02 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x03 \x01(\t\"L\n\x0eOriginPosition\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x13\n\x0borigin_txid\x18\x02 \x01(\x04\x12\x15\n\rupstream_txid\x18\x03 \x01(\x04\"(\n\x07Refusal\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"V\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x14\n\x0cthrough_txid\x18\x02 \x01(\x04\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\x14\n\x0crecord_count\x18\x04 \x01(\r\"\x1f\n\x07LinkAck\x12\x14\n\x0cthrough_txid\x18\x01 \x01(\x04\"\x8e\x01\n\x0fTransferRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x15\n\rpublisher_ids\x18\x02 \x03(\x04\x12\x0c\n\x04seqs\x18\x03 \x03(\x04\x12\x11\n\trequester\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x11\n\thops_left\x18\x06 \x01(\r\x12\x12\n\nrequest_id\x18\x07 \x01(\x04\"r\n\rLinkHeartbeat\x12\x1d\n\x05heard\x18\x01 \x03(\x0b\x32\x0e.amps.v1.Heard\x12&\n\x05heads\x18\x02 \x03(\x0b\x32\x17.amps.v1.OriginPosition\x12\x1a\n\x12\x61\x63ked_through_txid\x18\x03 \x01(\x04\")\n\x05Heard\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0e\n\x06\x61ge_ms\x18\x02 \x01(\x04\x32\x41\n\x0bReplication\x12\x32\n\x04Link\x12\x12.amps.v1.LinkFrame\x1a\x12.amps.v1.LinkFrame(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61mps/v1/replication.proto\x12\x07\x61mps.v1\"\xfe\x01\n\tLinkFrame\x12\x1f\n\x05hello\x18\x01 \x01(\x0b\x32\x0e.amps.v1.HelloH\x00\x12#\n\x07refusal\x18\x02 \x01(\x0b\x32\x10.amps.v1.RefusalH\x00\x12\x1f\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x0e.amps.v1.BatchH\x00\x12\x1f\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x10.amps.v1.LinkAckH\x00\x12+\n\theartbeat\x18\x05 \x01(\x0b\x32\x16.amps.v1.LinkHeartbeatH\x00\x12\x34\n\x10transfer_request\x18\x06 \x01(\x0b\x32\x18.amps.v1.TransferRequestH\x00\x42\x06\n\x04\x62ody\"\xe6\x01\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08instance\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x15\n\rexpected_peer\x18\x04 \x01(\t\x12\x16\n\x0e\x65xpected_group\x18\x05 \x01(\t\x12\x1f\n\x06\x64igest\x18\x06 \x01(\x0b\x32\x0f.amps.v1.Digest\x12*\n\tpositions\x18\x07 \x03(\x0b\x32\x17.amps.v1.OriginPosition\x12&\n\nack_policy\x18\x08 \x01(\x0b\x32\x12.amps.v1.AckPolicy\"N\n\tAckPolicy\x12\x13\n\x0binterval_ms\x18\x01 \x01(\r\x12\x16\n\x0ewindow_batches\x18\x02 \x01(\r\x12\x14\n\x0cwindow_bytes\x18\x03 \x01(\x04\"q\n\x06\x44igest\x12\r\n\x05sends\x18\x01 \x01(\x08\x12\x0c\n\x04sync\x18\x02 \x01(\x08\x12$\n\x06topics\x18\x03 \x03(\x0b\x32\x14.amps.v1.TopicDigest\x12$\n\x06queues\x18\n \x03(\x0b\x32\x14.amps.v1.QueueDigest\"\xa7\x01\n\x0bQueueDigest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cmessage_type\x18\x03 \x01(\t\x12\x18\n\x10underlying_topic\x18\x04 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x05 \x01(\t\x12\x15\n\rinitial_owner\x18\x06 \x01(\t\x12%\n\x07holders\x18\x07 \x03(\x0b\x32\x14.amps.v1.QueueHolder\".\n\x0bQueueHolder\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\"A\n\x0bTopicDigest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmessage_type\x18\x02 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x03 \x01(\t\"L\n\x0eOriginPosition\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x13\n\x0borigin_txid\x18\x02 \x01(\x04\x12\x15\n\rupstream_txid\x18\x03 \x01(\x04\"(\n\x07Refusal\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"V\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x14\n\x0cthrough_txid\x18\x02 \x01(\x04\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\x14\n\x0crecord_count\x18\x04 \x01(\r\"\x1f\n\x07LinkAck\x12\x14\n\x0cthrough_txid\x18\x01 \x01(\x04\"\x8e\x01\n\x0fTransferRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x15\n\rpublisher_ids\x18\x02 \x03(\x04\x12\x0c\n\x04seqs\x18\x03 \x03(\x04\x12\x11\n\trequester\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x11\n\thops_left\x18\x06 \x01(\r\x12\x12\n\nrequest_id\x18\x07 \x01(\x04\"\x9a\x01\n\rLinkHeartbeat\x12\x1d\n\x05heard\x18\x01 \x03(\x0b\x32\x0e.amps.v1.Heard\x12&\n\x05heads\x18\x02 \x03(\x0b\x32\x17.amps.v1.OriginPosition\x12\x1a\n\x12\x61\x63ked_through_txid\x18\x03 \x01(\x04\x12&\n\nack_policy\x18\x04 \x01(\x0b\x32\x12.amps.v1.AckPolicy\")\n\x05Heard\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0e\n\x06\x61ge_ms\x18\x02 \x01(\x04\x32\x41\n\x0bReplication\x12\x32\n\x04Link\x12\x12.amps.v1.LinkFrame\x1a\x12.amps.v1.LinkFrame(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,29 +34,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LINKFRAME']._serialized_start=39
   _globals['_LINKFRAME']._serialized_end=293
   _globals['_HELLO']._serialized_start=296
-  _globals['_HELLO']._serialized_end=486
-  _globals['_DIGEST']._serialized_start=488
-  _globals['_DIGEST']._serialized_end=601
-  _globals['_QUEUEDIGEST']._serialized_start=604
-  _globals['_QUEUEDIGEST']._serialized_end=771
-  _globals['_QUEUEHOLDER']._serialized_start=773
-  _globals['_QUEUEHOLDER']._serialized_end=819
-  _globals['_TOPICDIGEST']._serialized_start=821
-  _globals['_TOPICDIGEST']._serialized_end=886
-  _globals['_ORIGINPOSITION']._serialized_start=888
-  _globals['_ORIGINPOSITION']._serialized_end=964
-  _globals['_REFUSAL']._serialized_start=966
-  _globals['_REFUSAL']._serialized_end=1006
-  _globals['_BATCH']._serialized_start=1008
-  _globals['_BATCH']._serialized_end=1094
-  _globals['_LINKACK']._serialized_start=1096
-  _globals['_LINKACK']._serialized_end=1127
-  _globals['_TRANSFERREQUEST']._serialized_start=1130
-  _globals['_TRANSFERREQUEST']._serialized_end=1272
-  _globals['_LINKHEARTBEAT']._serialized_start=1274
-  _globals['_LINKHEARTBEAT']._serialized_end=1388
-  _globals['_HEARD']._serialized_start=1390
-  _globals['_HEARD']._serialized_end=1431
-  _globals['_REPLICATION']._serialized_start=1433
-  _globals['_REPLICATION']._serialized_end=1498
+  _globals['_HELLO']._serialized_end=526
+  _globals['_ACKPOLICY']._serialized_start=528
+  _globals['_ACKPOLICY']._serialized_end=606
+  _globals['_DIGEST']._serialized_start=608
+  _globals['_DIGEST']._serialized_end=721
+  _globals['_QUEUEDIGEST']._serialized_start=724
+  _globals['_QUEUEDIGEST']._serialized_end=891
+  _globals['_QUEUEHOLDER']._serialized_start=893
+  _globals['_QUEUEHOLDER']._serialized_end=939
+  _globals['_TOPICDIGEST']._serialized_start=941
+  _globals['_TOPICDIGEST']._serialized_end=1006
+  _globals['_ORIGINPOSITION']._serialized_start=1008
+  _globals['_ORIGINPOSITION']._serialized_end=1084
+  _globals['_REFUSAL']._serialized_start=1086
+  _globals['_REFUSAL']._serialized_end=1126
+  _globals['_BATCH']._serialized_start=1128
+  _globals['_BATCH']._serialized_end=1214
+  _globals['_LINKACK']._serialized_start=1216
+  _globals['_LINKACK']._serialized_end=1247
+  _globals['_TRANSFERREQUEST']._serialized_start=1250
+  _globals['_TRANSFERREQUEST']._serialized_end=1392
+  _globals['_LINKHEARTBEAT']._serialized_start=1395
+  _globals['_LINKHEARTBEAT']._serialized_end=1549
+  _globals['_HEARD']._serialized_start=1551
+  _globals['_HEARD']._serialized_end=1592
+  _globals['_REPLICATION']._serialized_start=1594
+  _globals['_REPLICATION']._serialized_end=1659
 # @@protoc_insertion_point(module_scope)

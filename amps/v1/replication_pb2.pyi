@@ -80,6 +80,7 @@ class Hello(_message.Message):
     EXPECTED_GROUP_FIELD_NUMBER: _builtins.int
     DIGEST_FIELD_NUMBER: _builtins.int
     POSITIONS_FIELD_NUMBER: _builtins.int
+    ACK_POLICY_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     instance: _builtins.str
     group: _builtins.str
@@ -92,6 +93,10 @@ class Hello(_message.Message):
     def positions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OriginPosition]:
         """Per origin, the last record this side holds from the other over this link (R10)."""
 
+    @_builtins.property
+    def ack_policy(self) -> Global___AckPolicy:
+        """How this side asks the other to acknowledge its batches (unset, from an older peer: at once)."""
+
     def __init__(
         self,
         *,
@@ -102,14 +107,45 @@ class Hello(_message.Message):
         expected_group: _builtins.str = ...,
         digest: Global___Digest | None = ...,
         positions: _abc.Iterable[Global___OriginPosition] | None = ...,
+        ack_policy: Global___AckPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_policy", b"ack_policy", "digest", b"digest"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "expected_group", b"expected_group", "expected_peer", b"expected_peer", "group", b"group", "instance", b"instance", "positions", b"positions", "protocol_version", b"protocol_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_policy", b"ack_policy", "digest", b"digest", "expected_group", b"expected_group", "expected_peer", b"expected_peer", "group", b"group", "instance", b"instance", "positions", b"positions", "protocol_version", b"protocol_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Hello: _TypeAlias = Hello  # noqa: Y015
+
+@_typing.final
+class AckPolicy(_message.Message):
+    """interval_ms 0: acknowledge every batch once durable (a sync destination, not downgraded);
+    else at most interval_ms later (AckConflationInterval of an async link), and at once when
+    the unacknowledged batches or bytes reach half of window_batches / window_bytes.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    WINDOW_BATCHES_FIELD_NUMBER: _builtins.int
+    WINDOW_BYTES_FIELD_NUMBER: _builtins.int
+    interval_ms: _builtins.int
+    window_batches: _builtins.int
+    window_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        interval_ms: _builtins.int = ...,
+        window_batches: _builtins.int = ...,
+        window_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["interval_ms", b"interval_ms", "window_batches", b"window_batches", "window_bytes", b"window_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AckPolicy: _TypeAlias = AckPolicy  # noqa: Y015
 
 @_typing.final
 class Digest(_message.Message):
@@ -389,6 +425,7 @@ class LinkHeartbeat(_message.Message):
     HEARD_FIELD_NUMBER: _builtins.int
     HEADS_FIELD_NUMBER: _builtins.int
     ACKED_THROUGH_TXID_FIELD_NUMBER: _builtins.int
+    ACK_POLICY_FIELD_NUMBER: _builtins.int
     acked_through_txid: _builtins.int
     @_builtins.property
     def heard(self) -> _containers.RepeatedCompositeFieldContainer[Global___Heard]: ...
@@ -399,16 +436,21 @@ class LinkHeartbeat(_message.Message):
         holds everything it takes. The receiver's per-origin lag (replication/origins.py).
         """
 
+    @_builtins.property
+    def ack_policy(self) -> Global___AckPolicy:
+        """The sender's AckPolicy, restated (at once after a downgrade or upgrade)."""
+
     def __init__(
         self,
         *,
         heard: _abc.Iterable[Global___Heard] | None = ...,
         heads: _abc.Iterable[Global___OriginPosition] | None = ...,
         acked_through_txid: _builtins.int = ...,
+        ack_policy: Global___AckPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_policy", b"ack_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_through_txid", b"acked_through_txid", "heads", b"heads", "heard", b"heard"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_policy", b"ack_policy", "acked_through_txid", b"acked_through_txid", "heads", b"heads", "heard", b"heard"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

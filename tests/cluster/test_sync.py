@@ -9,6 +9,9 @@ import json
 import urllib.request
 from pathlib import Path
 
+import orjson
+
+from amps.client import Client
 from tests.cluster.checker import assert_clean, check
 from tests.cluster.test_replication import TIMEOUT_S, publish, read_all
 from tests.harness.cluster import Cluster, Link, cluster, wait_until
@@ -114,3 +117,35 @@ async def test_the_administrator_downgrades_and_upgrades_with_amps_admin_replica
     body = json.loads(as_json.stdout)
     assert {o["origin"] for o in body["origins"]} <= {"b"}
     assert body["destinations"][0]["name"] == "b"
+
+
+def incoming(admin_port: int, peer: str) -> dict[str, object]:
+    links = replication_status(admin_port)["links"]
+    assert isinstance(links, list)
+    return next(link for link in links if link["peer"] == peer)
+
+
+async def test_an_async_destination_acknowledges_fewer_times_than_it_receives_batches(
+    tmp_path: Path,
+    clusters: list[Cluster],
+) -> None:
+    """AckConflationInterval: b acknowledges a's async link once per interval (1s), not once
+    per batch; the last ack still comes, so a ends with nothing behind."""
+    pair = cluster(tmp_path, ["a", "b"])
+    clusters.append(pair)
+    pair.start({"a": [Link("b", sync=False)]})
+    count = 30
+    async with Client("pub-a") as client:
+        await client.connect(pair["a"].address)
+        for n in range(1, count + 1):  # one commit, so one batch, per message
+            await client.publish("orders", orjson.dumps({"p": "pub-a", "n": n}))
+            await client.flush(timeout_s=TIMEOUT_S)
+    b_admin, a_admin = pair["b"].admin_port, pair["a"].admin_port
+    await wait_until(lambda: incoming(b_admin, "a")["messages_received"] == count)
+    await wait_until(lambda: destination(a_admin, "b")["messages_behind"] == 0)
+    link = incoming(b_admin, "a")
+    assert isinstance(link["batches_received"], int)
+    assert isinstance(link["acks_sent"], int)
+    assert 1 <= link["acks_sent"] < link["batches_received"], link
+    got = await read_all(pair["b"], count)
+    assert_clean(check(((p, n) for p, n, _ in got), {"pub-a": count}), "b")

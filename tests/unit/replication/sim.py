@@ -77,6 +77,7 @@ class SimInstance:
     saved_book: list[tuple[str, object]] = field(default_factory=list)
     published: int = 0
     acked: dict[str, int] = field(default_factory=dict)
+    limits: LinkLimits = LIMITS
 
     def __post_init__(self) -> None:
         self.boot()
@@ -100,7 +101,7 @@ class SimInstance:
                 routes,
                 self.book,
                 peer,
-                limits=LIMITS,
+                limits=self.limits,
                 reachability=self.reachability,
             )
             for peer in self.peers
@@ -243,7 +244,13 @@ class Network:
         raise AssertionError("the network did not settle")
 
 
-def mesh(names: list[str], *, pass_through: str | None = ".*", sync: bool = True) -> Network:
+def mesh(
+    names: list[str],
+    *,
+    pass_through: str | None = ".*",
+    sync: bool = True,
+    limits: LinkLimits = LIMITS,
+) -> Network:
     """Every instance replicates to every other."""
     return Network(
         [
@@ -251,6 +258,7 @@ def mesh(names: list[str], *, pass_through: str | None = ".*", sync: bool = True
                 n,
                 {p: destination(p, sync=sync, pass_through=pass_through) for p in names if p != n},
                 tuple(p for p in names if p != n),
+                limits=limits,
             )
             for n in names
         ]

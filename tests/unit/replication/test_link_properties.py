@@ -6,10 +6,12 @@ whatever happened on the way (mesh with and without passthrough, and a line).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .sim import Network, check_converged, line, mesh
+from .sim import LIMITS, Network, check_converged, line, mesh
 
 NAMES = ["a", "b", "c"]
 
@@ -67,7 +69,10 @@ def run(network: Network, steps: list[tuple[str, str, object]]) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(step, max_size=60), st.sampled_from(["pair", "mesh", "mesh-direct", "line"]))
+@given(
+    st.lists(step, max_size=60),
+    st.sampled_from(["pair", "mesh", "mesh-direct", "mesh-async", "line"]),
+)
 def test_every_instance_ends_with_every_origins_records_in_order(
     steps: list[tuple[str, str, object]], topology: str
 ) -> None:
@@ -77,6 +82,8 @@ def test_every_instance_ends_with_every_origins_records_in_order(
         network = mesh(NAMES)
     elif topology == "mesh-direct":
         network = mesh(NAMES, pass_through=None)
+    elif topology == "mesh-async":  # acks conflated (Rule 5): a window they do not fill at once
+        network = mesh(NAMES, sync=False, limits=replace(LIMITS, window_batches=8))
     else:
         network = line(NAMES)
     run(network, steps)
