@@ -838,8 +838,11 @@ class LinkCore:
         ):
             return [self._send_ack(now_ms)]
         if self._ack_due_ms is None:
-            self._ack_due_ms = now_ms + min(policy.interval_ms, MAX_ACK_INTERVAL_MS)
+            self._ack_due_ms = self._ack_due(now_ms)
         return []
+
+    def _ack_due(self, now_ms: int) -> int:
+        return now_ms + min(self._peer_policy.interval_ms, MAX_ACK_INTERVAL_MS)
 
     def _send_ack(self, now_ms: int) -> Send:
         """The cumulative ack of every durable batch of the peer's (one is owed)."""
@@ -860,10 +863,8 @@ class LinkCore:
             return []
         if not policy.interval_ms:
             return [self._send_ack(now_ms)]
-        self._ack_due_ms = min(
-            self._ack_due_ms if self._ack_due_ms is not None else now_ms + policy.interval_ms,
-            now_ms + min(policy.interval_ms, MAX_ACK_INTERVAL_MS),
-        )
+        assert self._ack_due_ms is not None  # owed under an interval
+        self._ack_due_ms = min(self._ack_due_ms, self._ack_due(now_ms))
         return []
 
     # -- common ------------------------------------------------------------------------------

@@ -135,13 +135,15 @@ async def test_an_async_destination_acknowledges_fewer_times_than_it_receives_ba
     pair = cluster(tmp_path, ["a", "b"])
     clusters.append(pair)
     pair.start({"a": [Link("b", sync=False)]})
+    b_admin, a_admin = pair["b"].admin_port, pair["a"].admin_port
+    # Live batches, not one catch-up batch: the link is up before the first publish.
+    await wait_until(lambda: destination(a_admin, "b")["connected"] is True)
     count = 30
     async with Client("pub-a") as client:
         await client.connect(pair["a"].address)
         for n in range(1, count + 1):  # one commit, so one batch, per message
             await client.publish("orders", orjson.dumps({"p": "pub-a", "n": n}))
             await client.flush(timeout_s=TIMEOUT_S)
-    b_admin, a_admin = pair["b"].admin_port, pair["a"].admin_port
     await wait_until(lambda: incoming(b_admin, "a").get("messages_received") == count)
     await wait_until(lambda: destination(a_admin, "b")["messages_behind"] == 0)
     link = incoming(b_admin, "a")

@@ -93,9 +93,11 @@ PROXIED_FROM_STEP = 30  # the administrator enables proxied transfer once the li
 # A path of ready links that long carried a heartbeat (every 15 ms) across two hops (<= 9 ms
 # each) and its reachability table onwards: well inside the 80 ms unreachability interval.
 SURELY_HEARD_MS = 50
+# An async destination acknowledges within 40 ms, or at once at 2 batches (half the window).
+ACK_CONFLATION_INTERVAL_MS = 40
 LIMITS = LinkLimits(
     max_batch_records=4,
-    window_batches=2,
+    window_batches=4,
     heartbeat_interval_ms=15,
     peer_timeout_ms=60,
     max_reads_per_step=2,
@@ -144,6 +146,8 @@ def destination(peer: str, *, sync: bool) -> DestinationConfig:
         sync_type="sync" if sync else "async",
         transports=(ReplicationTransportConfig("amps-replication"),),
         pass_through=".*",
+        # An async link's acks conflated (Rule 5 of link_core) within the simulated times.
+        ack_conflation_interval_ms=ACK_CONFLATION_INTERVAL_MS,
     )
 
 
