@@ -48,6 +48,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,15 @@ def _clients_cpu_s() -> tuple[float, float]:
 def _proc_stat(process: InstanceProcess) -> list[str]:
     assert process.process is not None
     return Path(f"/proc/{process.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def acks_and_batches(instance: InstanceProcess, peer: str) -> tuple[int, int]:
+    """Acks `instance` has sent for `peer`'s batches, and the batches it received (admin view)."""
+    url = f"http://127.0.0.1:{instance.admin_port}/amps/instance/replication.json"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        links: list[dict[str, Any]] = orjson.loads(response.read())["links"]
+    link: dict[str, Any] = next((link for link in links if link["peer"] == peer), {})
+    return int(link.get("acks_sent", 0)), int(link.get("batches_received", 0))
 
 
 def cpu_times_s(process: InstanceProcess) -> tuple[float, float]:
@@ -839,10 +849,14 @@ def replication_lag(messages: int) -> tuple[float, float]:
         # The same without subscriber processes: b's own figure, with only a, b and the
         # publisher on the machine's cores.
         before, a_before = instance_hops(b), instance_hops(a)
+        acks_before = acks_and_batches(b, "a")
         lean_observed = Observed(a=a, b=b)
         asyncio.run(_lag(a.address, [], messages))
         wait_replicated(a, b)
         lean_hops = lean_observed.report(messages)
+        acks_after = acks_and_batches(b, "a")
+        acks, batches = acks_after[0] - acks_before[0], acks_after[1] - acks_before[1]
+        lean_hops += f"; b sent {acks:,} acks for {batches:,} of a's batches"
         lean_after = instance_hops(b)
         lean = replicated_lag_ms(before, lean_after)
         lean_p99 = replicated_lag_p99_ms(before, lean_after)
