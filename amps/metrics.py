@@ -660,7 +660,7 @@ DESTINATION_METRICS: tuple[tuple[MetricSpec, DestinationReader], ...] = (
         MetricSpec(
             "amps_replication_behind_seconds",
             "gauge",
-            "How long the destination has been behind this instance's durable log",
+            "Age of the oldest record durable here the destination has not acknowledged (0: none)",
             NODE_DESTINATION,
             "seconds_behind",
         ),

@@ -84,6 +84,10 @@ REFUSALS: dict[str, str] = {
 # not had acknowledged stays bounded in time.
 MAX_ACK_INTERVAL_MS = 1000
 
+# Instants kept for the age of unacknowledged records (`_track_unacked`): one per commit seen
+# while the peer is behind, so a peer down for hours does not grow them without bound.
+_MAX_DURABLE_MARKS = 1024
+
 _FRAME_LENGTH = itemgetter(2)  # of a ReceivedFrames head: the frame's payload length
 
 
@@ -314,7 +318,9 @@ class LinkCore:
         self._in_flight_bytes = 0
         self._next_batch_id = 1
         self.acked_through_txid = 0
-        self._unacked_since_ms: int | None = None
+        # (durable txid, when first seen durable) ascending, past what the peer acknowledged:
+        # the oldest unacknowledged record's age comes from the first (a downgrade reads it).
+        self._durable_marks: deque[tuple[int, int]] = deque()
         self._more = False
         # receiver: per batch (through_txid, the last record of each origin in it, size_bytes)
         self._pending_positions: deque[tuple[int, dict[str, OriginPosition], int]] = deque()
@@ -765,10 +771,19 @@ class LinkCore:
         return actions
 
     def _track_unacked(self, now_ms: int) -> None:
-        if self.acked_through_txid >= self.log.durable_txid or not self.sends:
-            self._unacked_since_ms = None
-        elif self._unacked_since_ms is None:
-            self._unacked_since_ms = now_ms
+        marks = self._durable_marks
+        acked, durable = self.acked_through_txid, self.log.durable_txid
+        if acked >= durable or not self.sends:
+            marks.clear()
+            return
+        while marks and marks[0][0] <= acked:
+            marks.popleft()
+        if marks and marks[-1][0] >= durable:
+            return
+        if len(marks) < _MAX_DURABLE_MARKS:
+            marks.append((durable, now_ms))
+        else:  # bounded while a peer is down: the newest records count as older, never younger
+            marks[-1] = (durable, marks[-1][1])
 
     @property
     def unsent_from_txid(self) -> int:
@@ -779,9 +794,10 @@ class LinkCore:
         return self.acked_through_txid + 1
 
     def oldest_unacked_ms(self, now_ms: int) -> int:
-        """How long the destination has been behind this instance's durable log (0: caught up)."""
-        since = self._unacked_since_ms
-        return 0 if since is None else now_ms - since
+        """How long the oldest record durable here and not acknowledged by the destination has
+        been durable (0: caught up)."""
+        marks = self._durable_marks
+        return now_ms - marks[0][1] if marks else 0
 
     # -- receiver ----------------------------------------------------------------------------
 

@@ -497,6 +497,44 @@ def test_a_sync_destination_that_is_down_holds_only_what_it_takes() -> None:
     assert core.oldest_unacked_ms(120) == 100
 
 
+def test_a_destination_that_keeps_up_under_steady_traffic_is_never_old_for_the_downgrade() -> None:
+    """L2: the age a downgrade reads is that of the oldest unacknowledged record, not how long
+    the destination has had anything unacknowledged: under steady traffic with one batch always
+    in flight, a destination that acks every batch within 20 ms is at most that old."""
+    net = ready_pair()
+    a = net.instances["a"]
+    core = a.links["b"]
+    ages = []
+    for step in range(1, 201):  # 2 s of a publish every 10 ms
+        net.now_ms = step * 10
+        a.publish()
+        net.flush("a")  # batch k goes out
+        while net.deliver("a", "b"):
+            pass
+        net.flush("b")  # b's ack of batch k is queued behind the ack of batch k - 1
+        if len(net.streams[("b", "a")]) > 1:
+            net.deliver("b", "a")  # only the ack of batch k - 1 arrives: k stays in flight
+        ages.append(core.oldest_unacked_ms(net.now_ms))
+    assert core.acked_through_txid > 150  # the destination kept up
+    assert max(ages) <= 20
+
+
+def test_a_destination_down_for_many_commits_stays_as_old_as_its_first_unacked_record() -> None:
+    """L2: the instants kept for the age are bounded, and bounding them never makes the oldest
+    unacknowledged record look younger; all acknowledged after the heal, the age is 0."""
+    net = ready_pair()
+    a = net.instances["a"]
+    core = a.links["b"]
+    net.cut("a", "b")
+    for step in range(1, 3001):
+        net.now_ms = step
+        a.publish()
+        net.flush("a")
+    assert core.oldest_unacked_ms(net.now_ms) == 3000 - 1
+    net.settle()
+    assert core.oldest_unacked_ms(net.now_ms) == 0
+
+
 def test_frames_out_of_order_from_the_peer_are_refused_not_asserted() -> None:
     from dataclasses import replace
 
