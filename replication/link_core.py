@@ -88,6 +88,9 @@ MAX_ACK_INTERVAL_MS = 1000
 # while the peer is behind, so a peer down for hours does not grow them without bound.
 _MAX_DURABLE_MARKS = 1024
 
+# What a record that is not a publish (an ack, a transfer) counts for in a link's window and
+# in the receiver's count of it (Rule 5): small, and not worth measuring record by record.
+_OTHER_RECORD_BYTES = 64
 _FRAME_LENGTH = itemgetter(2)  # of a ReceivedFrames head: the frame's payload length
 
 
@@ -266,7 +269,7 @@ def _order_and_ends(
 
 def _records_bytes(records: Sequence[Record]) -> int:
     """A batch's size as the sender counts it in its window (`LinkCore._choose`)."""
-    return sum(len(r.data) if type(r) is PublishRecord else 64 for r in records)
+    return sum(len(r.data) if type(r) is PublishRecord else _OTHER_RECORD_BYTES for r in records)
 
 
 def should_send_now(in_flight_batches: int, in_flight_bytes: int, limits: LinkLimits) -> bool:
@@ -649,7 +652,7 @@ class LinkCore:
             else:
                 if isinstance(record, QueueRecord):
                     record = self._by_bookmark(record)
-                size_bytes += 64
+                size_bytes += _OTHER_RECORD_BYTES
             chosen.append(record)
         return tuple(chosen), through, size_bytes
 
@@ -678,7 +681,7 @@ class LinkCore:
                     continue
                 if isinstance(other, QueueRecord):
                     replaced[index] = self._by_bookmark(other)
-                size_bytes += 64
+                size_bytes += _OTHER_RECORD_BYTES
             else:
                 verdict = verdicts[names[index]]
                 if verdict is False:
