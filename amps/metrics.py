@@ -728,7 +728,8 @@ REPLICATION_ORIGIN_BEHIND = MetricSpec(
 REPLICATION_ORIGIN_BEHIND_SECONDS = MetricSpec(
     "amps_replication_origin_behind_seconds",
     "gauge",
-    "How long this instance has been behind the origin without a break (0 when caught up)",
+    "Age of the oldest head of the origin a peer announced that this instance does not yet hold "
+    "(0 when caught up)",
     ("node", "origin"),
 )
 REPLICATION_RECEIVED = MetricSpec(

@@ -9,8 +9,10 @@ lies beyond that point and it holds less of O, from any peer, than the head: the
 - messages behind = the head's origin txid less the origin txid of the last record of O held
   here, counted in the origin's txids (an estimate while behind when the destination takes
   only some of O's records or O's log interleaves records of other origins; 0 once caught up);
-- seconds behind = how long it has been behind O without a break, from when it was first seen
-  behind (a heartbeat, or a read of the statistics).
+- seconds behind = the age of the oldest head of O heard and not yet held here (0 once caught
+  up). Under steady traffic every heartbeat finds a few records missing, each held within
+  milliseconds: the age stays that small instead of running from the first heartbeat that
+  ever found this instance behind.
 
 A record's origin is never behind itself. Heads come at the heartbeat interval, so a new
 backlog shows within one interval, and the count falls as records arrive, between heartbeats.
@@ -28,6 +30,9 @@ from replication.positions import PositionBook
 # ranges have a local record between them and the walk back from the durable txid stops at
 # the first such gap; ranges below the own head are dropped as it moves on. A safety bound.
 MAX_RANGES = 4096
+# Heads remembered per origin for the age of the oldest not yet held. When full, the newest
+# entry takes the newer head and keeps its earlier instant: an age can only look older.
+MAX_HEADS_HEARD = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +103,24 @@ class OriginLags:
         self._book = book
         # peer -> (its heads by origin, the txid of its log this instance holds through)
         self._heard: dict[str, tuple[dict[str, OriginPosition], int]] = {}
-        self._behind_since_ms: dict[str, int] = {}
+        # origin -> (head origin txid, first heard at), ascending; dropped once held
+        self._unheld: dict[str, deque[tuple[int, int]]] = {}
 
     def heard(
         self, peer: str, heads: tuple[OriginPosition, ...], acked_through_txid: int, now_ms: int
     ) -> None:
         """A heartbeat from `peer`: its heads and how far it knows this instance holds its log."""
         self._heard[peer] = ({h.origin: h for h in heads}, acked_through_txid)
-        self.read(now_ms)  # starts the clock of an origin found behind
+        for head in heads:
+            if head.origin == self.local or head.upstream_txid <= acked_through_txid:
+                continue
+            heard = self._unheld.setdefault(head.origin, deque())
+            if heard and head.origin_txid <= heard[-1][0]:
+                continue
+            if len(heard) >= MAX_HEADS_HEARD:
+                heard[-1] = (head.origin_txid, heard[-1][1])
+            else:
+                heard.append((head.origin_txid, now_ms))
 
     def read(self, now_ms: int) -> list[OriginLag]:
         """Every origin heard of or held from, by name, at `now_ms`."""
@@ -121,16 +136,17 @@ class OriginLags:
                 if head.upstream_txid > acked_through:
                     count = max(0, head.origin_txid - held.get(origin, 0))
                 behind[origin] = max(behind.get(origin, 0), count)
-        since = self._behind_since_ms
         out = []
         for origin in sorted(held.keys() | behind.keys()):
             if origin == self.local:
                 continue
             count = behind.get(origin, 0)
-            if count:
-                started = since.setdefault(origin, now_ms)
-            else:
-                since.pop(origin, None)
-                started = now_ms
-            out.append(OriginLag(origin, count, (now_ms - started) / 1000, held.get(origin, 0)))
+            heard = self._unheld.get(origin)
+            if heard is not None:
+                if not count:
+                    heard.clear()
+                while heard and heard[0][0] <= held.get(origin, 0):
+                    heard.popleft()
+            age_ms = now_ms - heard[0][1] if count and heard else 0
+            out.append(OriginLag(origin, count, max(0, age_ms) / 1000, held.get(origin, 0)))
         return out

@@ -90,3 +90,29 @@ def test_an_instance_that_only_receives_keeps_one_range_and_no_own_head() -> Non
         heads.durable(first + 9)
     assert heads.positions() == ()
     assert len(heads._replicated) == 1
+
+
+def test_seconds_behind_is_the_age_of_the_oldest_head_not_yet_held_under_steady_traffic() -> None:
+    """Every heartbeat finds b a few records behind a, and each head it names is held within
+    milliseconds: the age is of the oldest head still missing, not of the first heartbeat
+    that ever found b behind (which grew without bound under steady traffic)."""
+    book = PositionBook()
+    lags = OriginLags("b", book)
+    for k in range(1, 201):
+        book.hold("a", OriginPosition("a", 10 * k, 10 * k))
+        lags.heard("a", (OriginPosition("a", 10 * k + 10, 10 * k + 10),), 10 * k, now_ms=100 * k)
+    assert lags.read(20_005) == [OriginLag("a", 10, 0.005, 2_000)]
+
+
+def test_seconds_behind_while_stalled_runs_from_the_first_head_not_held() -> None:
+    book = PositionBook()
+    lags = OriginLags("b", book)
+    book.hold("a", OriginPosition("a", 10, 10))
+    for k in range(1, 3_001):  # 3,000 heartbeats while nothing arrives: the memory is bounded
+        lags.heard("a", (OriginPosition("a", 10 + k, 10 + k),), 10, now_ms=100 * k)
+    assert lags.read(300_100) == [OriginLag("a", 3_000, 300.0, 10)]
+    book.hold("a", OriginPosition("a", 2_000, 2_000))  # part of the backlog arrived
+    (lag,) = lags.read(300_100)
+    # Head 2,001 was first heard at 199.1 s; the bounded memory may only make it look older.
+    assert lag.messages_behind == 1_010
+    assert 101.0 <= lag.seconds_behind < 300.0
