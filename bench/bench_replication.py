@@ -30,7 +30,11 @@ same run, as a ratio. Prints; asserts nothing.
 6. the peer a user would pick instead (when `nats-server` is installed or installable): a
    three-node NATS JetStream cluster on loopback, a replicas=3 file stream, 1 KB publishes
    with acks (window 1000), beside three instances of ours publishing on one with two sync
-   destinations.
+   destinations;
+7. failover (bench/failover.py): ten SIGKILLs (`--kills N`) of a publisher's instance in the
+   sync full mesh of deploy/amps-N.xml, kill -> publishing elsewhere and kill -> next persisted
+   ack, p50 and max beside the downgrade action's Age, with Every/Age 100 ms / 500 ms and the
+   deployed 500 ms / 2 s; then every instance's log checked for lost and duplicated messages.
 
 The machine is shared with other work: read ratios, not absolute rates.
 """
@@ -67,6 +71,7 @@ from bench.bench_broker import (
     run_publishers,
 )
 from bench.common import json_payloads, metrics_text, percentile, scrape, temp_instance
+from bench.failover import DEPLOYED, SHORT, failover
 from bench.peers import ensure_nats, nats_cluster
 from tests.harness.cluster import Cluster, Link, cluster, full_mesh
 from tests.harness.instance import InstanceProcess
@@ -79,7 +84,7 @@ LIVE_RATE_PER_S = 1_000  # live traffic on a while b catches up (the issue's fig
 CATCH_UP_POLL_S = 0.1
 CATCH_UP_POLL_MIN_S = 0.005  # the catch-up's polls of b: from 1 s apart down to this
 CATCH_UP_POLL_MAX_S = 1.0
-SECTIONS = ("publish", "latency", "lag", "catch-up", "costs", "peer")
+SECTIONS = ("publish", "latency", "lag", "catch-up", "costs", "peer", "failover")
 # The hops (amps.server.hops) printed as means: a frame of commands handled, deliveries waiting
 # for and taken by gRPC, the sender's link hops and the receiver's receive -> durable.
 HOPS = (
@@ -688,6 +693,7 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, help="repeat the lag, latency, catch-up and costs runs"
     )
+    parser.add_argument("--kills", type=int, default=10, help="failover: SIGKILLs per schedule")
     parser.add_argument("--subscriber", metavar="ADDRESS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.subscriber:
@@ -728,6 +734,9 @@ def main() -> None:
         )
     if "peer" in only:
         peer_comparison(messages)
+    if "failover" in only:
+        for schedule in (SHORT, DEPLOYED):
+            failover(args.kills, schedule)
 
 
 def publish_rates(messages: int) -> None:
