@@ -202,12 +202,18 @@ class PublishingCore(Generic[Connection]):
         return kept
 
     def admit_received(
-        self, heads: Sequence[tuple[int, ...]], discarded: list[int] | None = None
+        self,
+        heads: Sequence[tuple[int, ...]],
+        discarded: list[int] | None = None,
+        *,
+        run: tuple[int, int, int] | None = None,
     ) -> list[int]:
         """`admit_replicated` over the fixed fields of a peer's publishes as received
         (amps.log.received.Head: publisher id and seq at 6 and 7): the indices of the new ones;
-        those of the skipped ones go to `discarded`."""
-        run = one_publisher_run(heads)
+        those of the skipped ones go to `discarded`. `run`: `one_publisher_run(heads)` when
+        the caller has it (None: looked for here)."""
+        if run is None:
+            run = one_publisher_run(heads)
         if run is not None and self.marks.claim_run(*run):
             return list(range(len(heads)))  # all new: one step, not a claim per record
         claim = self.marks.claim

@@ -355,17 +355,21 @@ class Replicator:
         self.heads.durable(durable_txid)
         if awaiting and awaiting[0][0] <= durable_txid:
             self._time_stages(durable_txid)
-            # Acks are cumulative: one per link for every batch this commit made durable. A
-            # commit covers several when they came while the fsync before it was in flight,
-            # which is when the machine is busiest; one gRPC message each way fewer per extra
-            # batch then.
-            acks: dict[_Session, Send | None] = {}
+            # One event per link for every batch this commit made durable, so one ack (Rule 5
+            # of link_core). A commit covers several when they came while the fsync before it
+            # was in flight, which is when the machine is busiest; one gRPC message each way
+            # fewer per extra batch then.
+            batches_by: dict[_Session, list[tuple[int, int]]] = {}
+            durable_hop, now_ns = self._hops.replicated_durable, perf_counter_ns()
             while awaiting and awaiting[0][0] <= durable_txid:
                 target, session, through, received_ns, _applied_ns = awaiting.popleft()
-                self._durable(session, through, target, received_ns, acks)
-            for session, ack in acks.items():
-                if ack is not None:
-                    self._execute(session, [ack])
+                durable_hop.add_us((now_ns - received_ns) // 1000)
+                batches_by.setdefault(session, []).append((through, target))
+            now_ms = self.instance.now_ms()
+            for session, batches in batches_by.items():
+                if self._sessions.get(session.core.peer) is not session:
+                    continue  # that stream is gone: the next Hello reports what is held
+                self._execute(session, session.core.handle(RecordsDurable(tuple(batches)), now_ms))
                 self._arm(session)  # a conflated ack's deadline (Rule 5 of link_core)
         durable = (durable_txid, perf_counter_ns())
         for session in list(self._sessions.values()):
@@ -863,30 +867,6 @@ class Replicator:
             stages["commit_wait"].add_us((flush.submitted_ns - applied_ns) // 1000)
             for name, duration_ns in after_appended:
                 stages[name].add_us(duration_ns // 1000)
-
-    def _durable(
-        self,
-        session: _Session,
-        through_txid: int,
-        target: int,
-        received_ns: int,
-        acks: dict[_Session, Send | None],
-    ) -> None:
-        """A received batch is durable here: its positions are held; its ack goes to `acks`
-        (the latest per link, sent by the caller), anything else at once."""
-        self._hops.replicated_durable.add_us((perf_counter_ns() - received_ns) // 1000)
-        if self._sessions.get(session.core.peer) is not session:
-            return
-        actions = session.core.handle(RecordsDurable(through_txid, target), self.instance.now_ms())
-        acks.setdefault(session, None)
-        others: list[Action] = []
-        for action in actions:
-            if isinstance(action, Send) and isinstance(action.frame, Ack):
-                acks[session] = action
-            else:
-                others.append(action)
-        if others:
-            self._execute(session, others)
 
     def _arm(self, session: _Session) -> None:
         deadline = session.core.next_deadline_ms()

@@ -154,11 +154,11 @@ class LogAdvanced:
 
 @dataclass(frozen=True, slots=True)
 class RecordsDurable:
-    """Every record of the peer's batches up to `through_txid` (peer txids) is durable here,
-    at or before `local_txid` of the local log (0: not known)."""
+    """Batches of the peer's are durable here, one commit's worth: per batch, in order, the
+    peer txid it ends at and the local txid it is durable at or before (0: not known). One
+    event per commit and link, so one ack covers them all (Rule 5)."""
 
-    through_txid: int
-    local_txid: int = 0
+    batches: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +179,8 @@ Event = Connected | FrameReceived | LogAdvanced | RecordsDurable | Disconnected 
 # -- actions (imperatives) -------------------------------------------------------------------
 # Contract: perform in list order. `Send(Ack)` is only ever produced after `RecordsDurable`, so
 # the adapter never has to hold an ack back; `Apply` must be followed, once its records are
-# durable, by `RecordsDurable(through_txid)`.
+# durable, by a `RecordsDurable` that names its `through_txid` (with the other batches the same
+# commit made durable: at most one ack comes of it).
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,8 +365,8 @@ class LinkCore:
                 if self.state is not LinkState.READY:
                     return self._skip_unwanted(now_ms)
                 return self._fill(now_ms)
-            case RecordsDurable(through_txid, local_txid):
-                return self._on_records_durable(through_txid, local_txid, now_ms)
+            case RecordsDurable(batches):
+                return self._on_records_durable(batches, now_ms)
             case Disconnected(reason):
                 self._reset(reason)
                 return []
@@ -829,21 +830,25 @@ class LinkCore:
         self._records_received += len(batch.records)
         return [Apply(batch.records, batch.through_txid)]
 
-    def _on_records_durable(self, through_txid: int, local_txid: int, now_ms: int) -> list[Action]:
+    def _on_records_durable(
+        self, batches: tuple[tuple[int, int], ...], now_ms: int
+    ) -> list[Action]:
         pending = self._pending_positions
         if not pending or self.state is not LinkState.READY:
             return []  # the stream that carried them is gone; the Hello reports what is held
         acked = 0
-        while pending and pending[0][0] <= through_txid:
-            batch_through, positions, size_bytes = pending.popleft()
-            for position in positions.values():
-                self.book.hold(self.peer, position)
-                if self.heads is not None and local_txid:
-                    self.heads.advance(replace(position, upstream_txid=local_txid))
-            acked = batch_through
-            self._pending_bytes -= size_bytes
-            self._owed_batches += 1
-            self._owed_bytes += size_bytes
+        heads = self.heads
+        for through_txid, local_txid in batches:
+            while pending and pending[0][0] <= through_txid:
+                batch_through, positions, size_bytes = pending.popleft()
+                for position in positions.values():
+                    self.book.hold(self.peer, position)
+                    if heads is not None and local_txid:
+                        heads.advance(replace(position, upstream_txid=local_txid))
+                acked = batch_through
+                self._pending_bytes -= size_bytes
+                self._owed_batches += 1
+                self._owed_bytes += size_bytes
         if not acked:
             return []
         self._owed_through = acked

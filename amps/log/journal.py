@@ -431,11 +431,18 @@ class Journal:
             add(new_publish(*fields))
         return appended
 
-    def append_received(self, frames: ReceivedFrames, indices: Sequence[int]) -> ReceivedRun:
+    def append_received(
+        self,
+        frames: ReceivedFrames,
+        indices: Sequence[int],
+        *,
+        run: tuple[int, int, int] | None = None,
+    ) -> ReceivedRun:
         """Append publishes of a peer's batch (`indices` into `frames`, all publishes, in order)
         under local txids, origin kept: each frame restamped (txid, timestamp, CRC), neither
         decoded nor encoded again, and no record built. The caller decided they are new (L4:
-        amps.publishing.PublishingCore.admit_received)."""
+        amps.publishing.PublishingCore.admit_received); `run` is `one_publisher_run` of the
+        chosen heads when it has it (None: looked for here)."""
         self._check_writable()
         first_txid = self._next_txid
         out, timestamps = codec.restamp_publishes(
@@ -450,7 +457,8 @@ class Journal:
         # Per record, in order: a seq below a mark may fill a gap (L4); the segment builder's
         # marks too when the run bypasses its per-frame `add`. One publisher's consecutive
         # numbers (the usual batch) move the marks at once.
-        run = one_publisher_run(chosen)
+        if run is None:
+            run = one_publisher_run(chosen)
         if (
             not active.size_bytes
             or active.size_bytes + sum(map(len, out)) <= self.segment_size_bytes

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, cast
 from amps import __version__, errors
 from amps.expr import Message
 from amps.log.journal import Journal
-from amps.log.received import ReceivedFrames, ReceivedRun
+from amps.log.received import ReceivedFrames, ReceivedRun, one_publisher_run
 from amps.log.records import PublishRecord, QueueRecord, Record, TransferRecord
 from amps.publishing import PublishingCore, check_client_name, persisted_through
 from amps.server.convert import success_ack
@@ -295,11 +295,12 @@ class Instance:
     def _append_received(self, frames: ReceivedFrames, indices: range | None = None) -> None:
         """The publishes of `frames` (`indices`, all of them if None) that are new here."""
         discarded: list[int] = []
-        if indices is None:
-            fresh = self.publishing.admit_received(frames.heads, discarded)
-        else:
-            heads = frames.heads[indices.start : indices.stop]
-            fresh = [indices[k] for k in self.publishing.admit_received(heads, discarded)]
+        heads = frames.heads if indices is None else frames.heads[indices.start : indices.stop]
+        # Looked for once, for de-duplication and the journal's marks (the usual batch).
+        run = one_publisher_run(heads)
+        fresh = self.publishing.admit_received(heads, discarded, run=run)
+        if indices is not None:
+            fresh = [indices[k] for k in fresh]
             discarded = [indices[k] for k in discarded]
         if discarded:
             # A record only for a queue's copy: in a triangle every publish arrives twice.
@@ -309,8 +310,9 @@ class Instance:
                 self.queues.republished(copies)
         if not fresh:
             return
-        run = self.journal.append_received(frames, fresh)
-        self._undispatched.append(run)
+        whole = run is not None and len(fresh) == len(heads)  # all new: the same run
+        appended = self.journal.append_received(frames, fresh, run=run if whole else None)
+        self._undispatched.append(appended)
         self._undispatched_runs += 1
         stats = self.statistics
         counts, sizes = stats.published_by_topic, stats.published_bytes_by_topic

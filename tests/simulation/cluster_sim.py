@@ -517,6 +517,7 @@ class Cluster:
             instance.store_snapshots(self.clock(instance))
         self.release_persisted(instance)
         waits, instance.durable_waits = instance.durable_waits, []
+        durable: dict[str, list[tuple[int, int]]] = {}  # per link: one event, one ack
         for wait in waits:
             txid, peer, through, ident = wait
             stream = self.network.stream(instance.name, peer)
@@ -525,8 +526,10 @@ class Cluster:
             if txid > disk.durable_txid:
                 instance.durable_waits.append(wait)
                 continue
+            durable.setdefault(peer, []).append((through, 0))
+        for peer, batches in durable.items():
             self.link_actions(instance, peer, instance.links[peer].handle(
-                RecordsDurable(through), self.clock(instance)))  # fmt: skip
+                RecordsDurable(tuple(batches)), self.clock(instance)))  # fmt: skip
         due = [item for txid, item in instance.held if txid <= disk.durable_txid]
         instance.held = [(t, item) for t, item in instance.held if t > disk.durable_txid]
         for item in due:

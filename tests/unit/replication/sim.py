@@ -193,8 +193,11 @@ class Network:
         self.durable_waits[name] = [
             w for w in self.durable_waits[name] if w[0] > instance.log.durable
         ]
-        for _, peer, through in due:
-            durable = RecordsDurable(through, instance.log.durable)
+        by_peer: dict[str, list[tuple[int, int]]] = {}
+        for _, peer, through in due:  # one event per link for the commit (one ack)
+            by_peer.setdefault(peer, []).append((through, instance.log.durable))
+        for peer, batches in by_peer.items():
+            durable = RecordsDurable(tuple(batches))
             self._run(name, peer, instance.links[peer].handle(durable, self.now_ms))
         for peer, link in instance.links.items():
             self._run(name, peer, link.handle(LogAdvanced(), self.now_ms))

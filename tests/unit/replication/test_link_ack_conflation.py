@@ -71,6 +71,29 @@ def test_a_sync_link_acknowledges_every_batch_at_once() -> None:
     assert b_link(net).next_deadline_ms() == 100 + WIDE.heartbeat_interval_ms
 
 
+def test_batches_one_commit_made_durable_are_acknowledged_once_and_counted_once() -> None:
+    """A sync link: two batches applied before b's commit, one ack for both from the core,
+    and `acks_sent` counts what was sent (the adapter used to drop all but the last)."""
+    net = ready(sync=True)
+    throughs = []
+    for _ in range(2):
+        net.instances["a"].publish()
+        net.flush("a")
+        batch = net.streams[("a", "b")][-1]
+        assert isinstance(batch, Batch)
+        throughs.append(batch.through_txid)
+        while net.deliver("a", "b"):
+            pass
+    assert acks(net) == []
+    net.flush("b")  # one commit: both batches in one event
+    assert acks(net) == [throughs[-1]]
+    assert b_link(net).statistics(net.now_ms).acks_sent == 1
+    assert b_link(net).statistics(net.now_ms).batches_received == 2
+    while net.deliver("b", "a"):
+        pass
+    assert net.instances["a"].acked["b"] == throughs[-1]
+
+
 def test_half_the_senders_window_unacknowledged_is_acknowledged_at_once() -> None:
     net = ready(sync=False)
     throughs = [one_batch(net) for _ in range(WIDE.window_batches // 2)]

@@ -303,7 +303,7 @@ def test_sync_downgrade_is_recorded_and_apply_waits_for_durability() -> None:
     net.flush("a")
     while net.deliver("b", "a") or net.deliver("a", "b"):
         pass
-    assert b.handle(RecordsDurable(0), 0) == []
+    assert b.handle(RecordsDurable(((0, 0),)), 0) == []
     assert b.handle(LogAdvanced(), 0) == []  # b has nothing of its own to send
 
 
