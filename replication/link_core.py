@@ -844,7 +844,10 @@ class LinkCore:
                 for position in positions.values():
                     self.book.hold(self.peer, position)
                     if heads is not None and local_txid:
-                        heads.advance(replace(position, upstream_txid=local_txid))
+                        # Built, not `replace`d: this runs per batch and origin.
+                        heads.advance(
+                            OriginPosition(position.origin, position.origin_txid, local_txid)
+                        )
                 acked = batch_through
                 self._pending_bytes -= size_bytes
                 self._owed_batches += 1

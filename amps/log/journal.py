@@ -615,7 +615,9 @@ class Journal:
         """On the loop: the writer is done with a batch; wake everyone waiting for it."""
         returned_ns = perf_counter_ns()
         fsync_ns = 0 if isinstance(result, BaseException) else int(sum(result) * 1e9)
-        self.last_flush = replace(timing, returned_ns=returned_ns, fsync_ns=fsync_ns)
+        self.last_flush = CommitTiming(  # built, not `replace`d: once per commit
+            timing.submitted_ns, timing.started_ns, timing.finished_ns, returned_ns, fsync_ns
+        )
         if self.on_commit_hops is not None:
             self.on_commit_hops(timing.handoff_ns, returned_ns - timing.finished_ns)
         self._flushing = False

@@ -22,7 +22,6 @@ from amps.log.journal import Journal
 from amps.log.received import ReceivedFrames, ReceivedRun, one_publisher_run
 from amps.log.records import PublishRecord, QueueRecord, Record, TransferRecord
 from amps.publishing import PublishingCore, check_client_name, persisted_through
-from amps.server.convert import success_ack
 from amps.server.damage import DamageLog
 from amps.server.host import InstanceStatistics, ReplicationHooks
 from amps.server.lifecycle import HoldRegistry, JournalLifecycle
@@ -34,6 +33,7 @@ from amps.server.session import Session, Subscription
 from amps.server.subscriptions import SubscriptionIndex
 from amps.server.topics import validate_topic_name
 from amps.server.transports import ClientTransports
+from amps.server.wire import persisted_ack_entry
 from amps.v1 import client_pb2 as pb
 
 if TYPE_CHECKING:
@@ -556,7 +556,7 @@ class Instance:
             # L2: and every sync destination has made it durable too.
             durable_txid = persisted_through(durable_txid, self.replicator.sync_acked_txids())
         for session, seq in self.publishing.release(durable_txid):
-            session.send(success_ack(cmd_id="", ack_type="persisted", seq=seq))
+            session.send_entry(persisted_ack_entry(seq))
 
     # -- filters and queues -----------------------------------------------------------------
 

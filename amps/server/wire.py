@@ -23,6 +23,7 @@ __all__ = [
     "encoder_for",
     "entry",
     "message_entry",
+    "persisted_ack_entry",
     "string_field",
     "sub_ids_field",
     "varint",
@@ -120,6 +121,20 @@ def entry(message: bytes) -> bytes:
 def message_entry(message: pb.ServerMessage) -> bytes:
     """A frame entry for any ServerMessage (acks, group markers, heartbeats)."""
     return entry(message.SerializeToString())
+
+
+# Ack.ack_type = 2 "persisted", Ack.status = 3 "success", then Ack.seq = 5 (a varint).
+_PERSISTED_SUCCESS = b"\x12\x09persisted\x1a\x07success"
+_ACK = b"\x0a"  # ServerMessage.ack = 1
+_SEQ = b"\x28"
+
+
+def persisted_ack_entry(seq: int) -> bytes:
+    """The frame entry of `ServerMessage(ack=Ack(ack_type="persisted", status="success",
+    seq=seq))`, encoded directly: one per publisher per commit, in series with its ack."""
+    ack = _PERSISTED_SUCCESS + _SEQ + varint(seq) if seq else _PERSISTED_SUCCESS
+    message = _ACK + _SMALL[len(ack)] + ack  # at most 31 bytes: a one-byte length
+    return _FRAME_MESSAGE + _SMALL[len(message)] + message
 
 
 def delivery_body(

@@ -214,6 +214,12 @@ def test_a_frame_is_the_concatenation_of_entries(many: list[dict[str, object]]) 
     assert frame == pb.ServerFrame(messages=messages).SerializeToString()
 
 
+@given(U64 | EDGES)
+def test_persisted_ack_entry_is_the_protobuf_encoding(seq: int) -> None:
+    ack = pb.Ack(ack_type="persisted", status="success", seq=seq)
+    assert wire.persisted_ack_entry(seq) == wire.message_entry(pb.ServerMessage(ack=ack))
+
+
 def test_other_messages_go_through_protobuf() -> None:
     ack = pb.ServerMessage(ack=pb.Ack(cmd_id="c", ack_type="processed", status="success", seq=9))
     beat = pb.ServerMessage(heartbeat=pb.Heartbeat(options="beat"))
