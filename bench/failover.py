@@ -3,13 +3,15 @@ publishing while the instance it is connected to is SIGKILLed, N times, rotating
 
 Three instance processes run `deploy/amps-N.xml` (the sync full mesh `make cluster` runs) with
 their ports replaced by free ones and the downgrade action's `Every`/`Age` as asked. For each
-kill: kill -> the publisher logged on to another instance (its publishes go there from then on)
-and kill -> the first persisted ack of a message published after the kill (the survivor holds
-it until its downgrade action gives up on the dead sync destination). The killed instance is
-restarted and the next kill waits until every destination is connected and sync again. At the
-end every instance's log is read from epoch and checked for lost, duplicated and out-of-order
-messages (tests/cluster/checker.py): a figure from a run that lost a persisted message is
-worthless.
+kill: kill -> the publisher sees its stream end -> it is logged on to another instance (its
+publishes go there from then on), and kill -> the first persisted ack of a message published
+after the kill (the survivor holds it until its downgrade action gives up on the dead sync
+destination: the survivor's log line says when). A kill comes after a second of steady
+publishing in which no live destination was downgraded (on a loaded machine one can fall
+`Age` behind; the period is then run again, and counted). The killed instance is restarted
+and the next kill waits until every destination is connected and sync again. At the end every
+instance's log is read from epoch and checked for lost, duplicated and out-of-order messages
+(tests/cluster/checker.py): a figure from a run that lost a persisted message is worthless.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ PUBLISHER = "bench-failover"
 RATE_PER_S = 1_000
 TICK_S = 0.001  # the publisher sends what is due and looks at its acks this often
 STEADY_S = 1.0  # publishing on the current instance, acks flowing, before each kill
+MAX_STEADY_PERIODS = 30  # in a row, each with a live destination downgraded: give up
 FAILOVER_TIMEOUT_S = 60.0
 REJOIN_TIMEOUT_S = 120.0
 # (Every, Age) in ms of the downgrade action: the tests' (tests/cluster/test_sync.py) and
@@ -63,6 +66,7 @@ class Kill:
     victim: str
     survivor: str
     killed_wall: float  # time.time(): the instances' log lines are stamped in wall-clock time
+    lost_s: float  # the publisher saw its stream end (at most TICK_S late)
     logged_on_s: float
     downgraded_s: float | None  # the survivor's log line (to the millisecond)
     acked_s: float
@@ -128,13 +132,33 @@ def destinations(instance: InstanceProcess) -> list[dict[str, Any]]:
     return found
 
 
-def all_sync(instances: dict[str, InstanceProcess]) -> bool:
-    """Every destination of every instance connected and sync (not downgraded)."""
-    return all(
-        d["connected"] and not d["downgraded"]
-        for instance in instances.values()
-        for d in destinations(instance)
-    )
+def not_sync(instances: dict[str, InstanceProcess]) -> list[str]:
+    """Every destination of every instance that is not connected and sync, as "a -> b (how)"."""
+    return sync_state(instances)[0]
+
+
+def sync_state(instances: dict[str, InstanceProcess]) -> tuple[list[str], int]:
+    """`not_sync`, and the downgrades and upgrades made so far by every instance."""
+    found, changes = [], 0
+    for name, instance in instances.items():
+        for d in destinations(instance):
+            changes += d["sync_changes"]
+            if not d["connected"] or d["downgraded"]:
+                how = "downgraded" if d["downgraded"] else "not connected"
+                found.append(f"{name} -> {d['name']} ({how}, {d['seconds_behind']:.1f} s behind)")
+    return found, changes
+
+
+async def until_all_sync(instances: dict[str, InstanceProcess]) -> None:
+    """Until every destination is connected and sync; the TimeoutError says which is not."""
+    deadline = time.monotonic() + REJOIN_TIMEOUT_S
+    while missing := await asyncio.to_thread(not_sync, instances):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"failover bench: not all sync again in {REJOIN_TIMEOUT_S:.0f} s: "
+                + ", ".join(missing)
+            )
+        await asyncio.sleep(0.05)
 
 
 class Publisher:
@@ -146,6 +170,7 @@ class Publisher:
         self.sent = 0
         self.stopped = asyncio.Event()
         self._watch: tuple[float, str, int] | None = None  # (killed at, victim, first seq)
+        self.lost_at: float | None = None
         self.logged_on_at: float | None = None
         self.acked_at: float | None = None
         self.pad = "x" * 1000
@@ -163,7 +188,7 @@ class Publisher:
 
     def watch(self, killed_at: float, victim: str) -> None:
         """From now on note the logon elsewhere and the ack of a message sent after now."""
-        self.logged_on_at = self.acked_at = None
+        self.lost_at = self.logged_on_at = self.acked_at = None
         self._watch = (killed_at, victim, self.sent + 1)
 
     def _note(self, now: float) -> None:
@@ -171,6 +196,8 @@ class Publisher:
             return
         _, victim, first = self._watch
         stats = self.client.statistics()
+        if self.lost_at is None and stats.connected_server != victim:
+            self.lost_at = now
         if self.logged_on_at is None and stats.connected_server not in (None, victim):
             self.logged_on_at = now
         if self.acked_at is None and stats.persisted_seq >= first and self.sent >= first:
@@ -202,12 +229,14 @@ async def _kill_once(
     await asyncio.to_thread(victim.kill)  # reaped
     await _until(lambda: publisher.acked_at is not None, FAILOVER_TIMEOUT_S, "the next ack")
     stats = client.statistics()
+    assert publisher.lost_at is not None
     assert publisher.logged_on_at is not None
     assert publisher.acked_at is not None
     return Kill(
         by_address[current],
         by_address.get(stats.connected_server or "", "?"),
         killed_wall,
+        publisher.lost_at - killed_at,
         publisher.logged_on_at - killed_at,
         None,
         publisher.acked_at - killed_at,
@@ -215,21 +244,48 @@ async def _kill_once(
     )
 
 
-async def _kills(instances: dict[str, InstanceProcess], kills: int) -> tuple[list[Kill], int]:
+async def _steady(instances: dict[str, InstanceProcess], client: Client) -> int:
+    """STEADY_S of publishing with acks flowing and no destination downgraded meanwhile: on a
+    loaded machine a live destination can fall more than Age behind and be downgraded, and a
+    kill then measures a publisher told "persisted" by an instance whose destinations were
+    async (its last messages reach the others only when it returns: the replication guide's
+    failover section). Returns how many times a period had to be run again for that."""
+    _, before = await asyncio.to_thread(sync_state, instances)
+    for again in range(MAX_STEADY_PERIODS):
+        await asyncio.sleep(STEADY_S)
+        await client.flush(FAILOVER_TIMEOUT_S)
+        missing, after = await asyncio.to_thread(sync_state, instances)
+        if not missing and after == before:
+            return again
+        print(
+            f"  before the kill: {after - before} downgrades and upgrades of live destinations "
+            f"({', '.join(missing) or 'all sync again'}); publishing on",
+            flush=True,
+        )
+        await until_all_sync(instances)
+        _, before = await asyncio.to_thread(sync_state, instances)
+    raise RuntimeError(
+        f"failover bench: a live destination was downgraded in each of {MAX_STEADY_PERIODS} "
+        "steady periods in a row: the machine is too loaded for this Age"
+    )
+
+
+async def _kills(instances: dict[str, InstanceProcess], kills: int) -> tuple[list[Kill], int, int]:
     """Kill the publisher's instance `kills` times, restarting each victim and waiting for
-    every destination to be sync again; the kills and the messages published."""
+    every destination to be sync again; the kills, the messages published and how many
+    times a live destination was found downgraded before a kill."""
     results: list[Kill] = []
+    live_downgrades = 0
     async with Client(PUBLISHER) as client:
         await client.connect([instances[name].address for name in NAMES])
         publisher = Publisher(client)
         running = asyncio.ensure_future(publisher.run())
         try:
             for number in range(1, kills + 1):
-                await asyncio.sleep(STEADY_S)
-                await client.flush(FAILOVER_TIMEOUT_S)  # acks flowing on the current instance
+                live_downgrades += await _steady(instances, client)
                 kill = await _kill_once(instances, client, publisher)
                 await asyncio.to_thread(instances[kill.victim].restart, kill=True)
-                await _until(lambda: all_sync(instances), REJOIN_TIMEOUT_S, "all sync again")
+                await until_all_sync(instances)
                 # Read once it is surely there: the survivor logs it before it releases the
                 # acks, but its output reaches this process through a pipe and a thread.
                 if kill.survivor in instances:
@@ -238,8 +294,9 @@ async def _kills(instances: dict[str, InstanceProcess], kills: int) -> tuple[lis
                         kill = dataclasses.replace(kill, downgraded_s=down - kill.killed_wall)
                 results.append(kill)
                 print(
-                    f"  kill {number}: {kill.victim} -> {kill.survivor}: publishing there "
-                    f"after {kill.logged_on_s:.3f} s, {kill.survivor} downgraded {kill.victim} "
+                    f"  kill {number}: {kill.victim} -> {kill.survivor}: stream lost after "
+                    f"{kill.lost_s:.3f} s, publishing there after {kill.logged_on_s:.3f} s, "
+                    f"{kill.survivor} downgraded {kill.victim} "
                     f"after {_seconds(kill.downgraded_s)}, next persisted ack after "
                     f"{kill.acked_s:.3f} s ({kill.republished} republished)",
                     flush=True,
@@ -248,7 +305,7 @@ async def _kills(instances: dict[str, InstanceProcess], kills: int) -> tuple[lis
             publisher.stopped.set()
             await running
         await client.flush(FAILOVER_TIMEOUT_S)
-        return results, publisher.sent
+        return results, publisher.sent, live_downgrades
 
 
 def _load() -> str:
@@ -295,7 +352,7 @@ def failover(kills: int, schedule: tuple[int, int]) -> None:
         flush=True,
     )
     with deployed_cluster(every_ms, age_ms) as instances:
-        results, sent = asyncio.run(_kills(instances, kills))
+        results, sent, live_downgrades = asyncio.run(_kills(instances, kills))
         checked = asyncio.run(_check(instances, sent))
     logged_on = sorted(k.logged_on_s for k in results)
     acked = sorted(k.acked_s for k in results)
@@ -315,10 +372,15 @@ def failover(kills: int, schedule: tuple[int, int]) -> None:
         f"publishing on another instance {summary(logged_on)}; kill -> next persisted ack "
         f"{summary(acked)}, beyond the Age: p50 {statistics.median(beyond):.3f} s, max "
         f"{beyond[-1]:.3f} s (target <= 1 s); load average now {_load()}\n"
-        f"  where it goes: kill -> the survivor's downgrade of the victim "
+        f"  where it goes: kill -> the publisher sees its stream end "
+        f"{summary(sorted(k.lost_s for k in results))}, -> logged on elsewhere "
+        f"{summary(sorted(k.logged_on_s - k.lost_s for k in results))}; "
+        f"kill -> the survivor's downgrade of the victim "
         f"{summary(downgraded) if downgraded else '-'} (its oldest unacknowledged record "
         f"passes the Age, then the next Every tick); downgrade -> the ack at the publisher "
         f"{summary(after_downgrade) if after_downgrade else '-'}\n"
+        f"  steady periods run again because a live destination was downgraded meanwhile: "
+        f"{live_downgrades}\n"
         f"  {sent:,} published, every one persisted; each instance's log from epoch: "
         + "; ".join(f"{name} {counts}" for name, counts in checked.items()),
         flush=True,
