@@ -21,6 +21,7 @@ import dataclasses
 import datetime
 import itertools
 import os
+import random
 import re
 import shutil
 import signal
@@ -49,6 +50,12 @@ PUBLISHER = "bench-failover"
 RATE_PER_S = 1_000
 TICK_S = 0.001  # the publisher sends what is due and looks at its acks this often
 STEADY_S = 1.0  # publishing on the current instance, acks flowing, before each kill
+# ... plus a random part: the wait before a kill starts when the last destination is upgraded,
+# which happens on an `Every` tick, so without it every kill fell at the same phase of the
+# survivors' schedules (just after a tick: the downgrade then came nearly a whole Every after
+# the Age, each time). Seeded: a run can be repeated.
+STEADY_JITTER_S = 1.0
+SEED = 8
 MAX_STEADY_PERIODS = 30  # in a row, each with a live destination downgraded: give up
 FAILOVER_TIMEOUT_S = 60.0
 REJOIN_TIMEOUT_S = 120.0
@@ -244,15 +251,18 @@ async def _kill_once(
     )
 
 
-async def _steady(instances: dict[str, InstanceProcess], client: Client) -> int:
-    """STEADY_S of publishing with acks flowing and no destination downgraded meanwhile: on a
-    loaded machine a live destination can fall more than Age behind and be downgraded, and a
-    kill then measures a publisher told "persisted" by an instance whose destinations were
-    async (its last messages reach the others only when it returns: the replication guide's
-    failover section). Returns how many times a period had to be run again for that."""
+async def _steady(
+    instances: dict[str, InstanceProcess], client: Client, jitter: random.Random
+) -> int:
+    """STEADY_S, and up to STEADY_JITTER_S more, of publishing with acks flowing and no
+    destination downgraded meanwhile: on a loaded machine a live destination can fall more
+    than Age behind and be downgraded, and a kill then measures a publisher told "persisted"
+    by an instance whose destinations were async (its last messages reach the others only
+    when it returns: the replication guide's failover section). Returns how many times a
+    period had to be run again for that."""
     _, before = await asyncio.to_thread(sync_state, instances)
     for again in range(MAX_STEADY_PERIODS):
-        await asyncio.sleep(STEADY_S)
+        await asyncio.sleep(STEADY_S + jitter.uniform(0, STEADY_JITTER_S))
         await client.flush(FAILOVER_TIMEOUT_S)
         missing, after = await asyncio.to_thread(sync_state, instances)
         if not missing and after == before:
@@ -276,13 +286,14 @@ async def _kills(instances: dict[str, InstanceProcess], kills: int) -> tuple[lis
     times a live destination was found downgraded before a kill."""
     results: list[Kill] = []
     live_downgrades = 0
+    jitter = random.Random(SEED)
     async with Client(PUBLISHER) as client:
         await client.connect([instances[name].address for name in NAMES])
         publisher = Publisher(client)
         running = asyncio.ensure_future(publisher.run())
         try:
             for number in range(1, kills + 1):
-                live_downgrades += await _steady(instances, client)
+                live_downgrades += await _steady(instances, client, jitter)
                 kill = await _kill_once(instances, client, publisher)
                 await asyncio.to_thread(instances[kill.victim].restart, kill=True)
                 await until_all_sync(instances)
