@@ -113,6 +113,8 @@ NOT_IMPORTED_AT_START = (
     "amps.cli.journal_cmd",
     "amps.cli.admin_cmds",
     "amps.client",
+    "argon2",  # the users file's hashing: only with a users file (Server._authenticator)
+    "amps.security.users",
 )
 
 
