@@ -99,6 +99,8 @@ from replication.ownership import (
 
 _NOT = bytes(b == 0 for b in range(256))  # a barrier flag -> 1 for a message ownership tracks
 
+_BULK_CHECK_PUBLISHERS = 16  # beyond this many, `_check_bookmarks` looks up each removed key
+
 RESTORE_STEP_MESSAGES = 8_192
 """Messages a staged restore indexes per step (~7 ms of CPU): the loop serves between steps,
 and a client's request waits for at most one step at each of its turns on the loop."""
@@ -985,9 +987,22 @@ def _check_bookmarks(
     runs = {run.publisher_id: run for run in bookmarks if run.seqs}
     if len(runs) != len(bookmarks) or any(len(r.seqs) != len(r.txids) for r in bookmarks):
         raise ValueError("the queue snapshot's bookmarks do not pair up")
-    for publisher_id, seq in removed:  # mostly older than every live message: no look-up
-        live = runs.get(publisher_id)
-        if live is not None and live.seqs[0] <= seq <= live.seqs[-1]:
-            at = bisect_left(live.seqs, seq)
-            if live.seqs[at] == seq:
-                raise ValueError("ownership snapshot holds a removed message")
+    if not removed:
+        return
+    removed_publishers, removed_seqs = zip(*removed, strict=True)
+    publishers = set(removed_publishers).intersection(runs)
+    if len(publishers) > _BULK_CHECK_PUBLISHERS:  # a pass per publisher would cost more
+        for publisher_id, seq in removed:
+            live = runs.get(publisher_id)
+            if live is not None and live.seqs[0] <= seq <= live.seqs[-1]:
+                at = bisect_left(live.seqs, seq)
+                if live.seqs[at] == seq:
+                    raise ValueError("ownership snapshot holds a removed message")
+        return
+    for publisher_id in publishers:  # each publisher's removed seqs against its live ones
+        seqs = set(compress(removed_seqs, map(publisher_id.__eq__, removed_publishers)))
+        live_seqs = runs[publisher_id].seqs
+        first = bisect_left(live_seqs, min(seqs))
+        last = bisect_right(live_seqs, max(seqs), first)
+        if not seqs.isdisjoint(live_seqs[first:last]):
+            raise ValueError("ownership snapshot holds a removed message")

