@@ -11,6 +11,8 @@ bytes are unacknowledged, and lets records gather into the next batch while the 
 (`should_send_now`): an idle link adds no delay and a busy one pays one gRPC message per batch,
 not per record. The window is wide enough to cover the receiver's fsync: a batch held back
 until an ack arrives misses the receiver's next group commit and waits a whole fsync more.
+A step sends at most `max_batches_per_step` batches (`wants_to_send`: the adapter steps again
+at once), so the adapter's loop, which also moves the stream's bytes, turns between batches.
 Rule 5: acks are cumulative. The receiver of a sync link (not downgraded) acknowledges each
 batch once it is durable: a publisher's persisted ack waits for it. The receiver of an async
 link acknowledges at most `AckConflationInterval` later (`AckPolicy`, from the sender's Hello
@@ -125,11 +127,17 @@ class LinkLimits:
     # Batches sent and not yet acknowledged: at a steady rate a batch leaves per local commit
     # and an ack comes back per commit of the receiver, so a window of a few batches fills
     # whenever the receiver's fsync takes a few of ours; the bytes bound the memory instead.
+    # A peer catching up takes ~100 MiB/s and acknowledges at half the window, once durable:
+    # at 8 MiB the sender refilled the window at every ack and then idled ~40 % of the
+    # catch-up waiting for the next one (docs/benchmarks.md, "Catch-up: the window").
     window_batches: int = 64
-    window_bytes: int = 8 << 20
+    window_bytes: int = 32 << 20
     heartbeat_interval_ms: int = 1000
     peer_timeout_ms: int = 10_000
     max_reads_per_step: int = 4
+    # One batch per step: reading and framing a batch of 1 MiB holds the adapter's event loop
+    # for milliseconds, and gRPC's writes only progress when that loop turns.
+    max_batches_per_step: int = 1
 
 
 # -- events (facts, past tense) ------------------------------------------------------------
@@ -600,12 +608,12 @@ class LinkCore:
             return []
         actions: list[Action] = []
         limits = self.limits
-        reads = 0
+        reads = batches = 0
         acked_before = self.acked_through_txid
         while self._cursor <= self.log.durable_txid and should_send_now(
             len(self._in_flight), self._in_flight_bytes, limits
         ):
-            if reads == limits.max_reads_per_step:
+            if reads == limits.max_reads_per_step or batches == limits.max_batches_per_step:
                 self._more = True
                 break
             reads += 1
@@ -619,6 +627,7 @@ class LinkCore:
                 chosen, through, size_bytes = self._choose(records, route)
             self._cursor = through + 1
             if chosen:
+                batches += 1
                 batch = Batch(self._next_batch_id, through, chosen)
                 self._next_batch_id += 1
                 self._in_flight.append((batch.batch_id, through, size_bytes))
