@@ -303,6 +303,12 @@ def _per_record_us(before: tuple[float, float], after: tuple[float, float], coun
     return f"{user + system:.1f} us ({user:.1f} user + {system:.1f} sys)"
 
 
+def _cores_busy(before: tuple[float, float], after: tuple[float, float], seconds: float) -> str:
+    """How much of a core a process used over `seconds` (all its threads): below 1 while the
+    other side or the machine holds it up."""
+    return f"{(sum(after) - sum(before)) / seconds:.2f}"
+
+
 class _LiveTraffic:
     """Publishes 1 KB messages on `address` at `rate_per_s` in a thread of its own until
     stopped: the issue's catch-up runs while live traffic continues."""
@@ -410,6 +416,9 @@ def catch_up(messages: int) -> float:
         f"b {_per_record_us(cpu_b, cpu_b_after, target)} (b polled for its txid {polls} "
         f"times) vs a's epoch replay {before[1]:.1f} us before, "
         f"{after[1]:.1f} us after\n"
+        f"  cores busy while catching up: a {_cores_busy(cpu_a, cpu_a_after, catch_up_s)}, "
+        f"b {_cores_busy(cpu_b, cpu_b_after, catch_up_s)} (load average "
+        f"{os.getloadavg()[0]:.1f})\n"
         f"  minor page faults per record: a {(faults_a_after - faults_a) / target:.3f}, "
         f"b {(faults_b_after - faults_b) / target:.3f}; a's epoch replay {before[2]:.3f} "
         f"before, {after[2]:.3f} after",

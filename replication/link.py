@@ -691,10 +691,9 @@ class Replicator:
 
     async def _read_loop(self, session: _Session) -> None:
         stream = session.stream
-        # The next read is posted before a frame is handled: gRPC then receives the next batch
-        # while this one is applied (milliseconds of the loop for 1 MiB), instead of starting
-        # only when it is asked. A catch-up's receiver waited ~45 % of the time for its reads
-        # without this (docs/benchmarks.md, "Catch-up: the window").
+        # The next read is posted before a frame is handled, so gRPC takes in the next batch
+        # while this one is applied (milliseconds of the loop for 1 MiB), not once asked
+        # (docs/benchmarks.md, "Catch-up: the window, the loop and the read posted ahead").
         pending = asyncio.ensure_future(stream.read())
         try:
             while True:

@@ -11,8 +11,11 @@ bytes are unacknowledged, and lets records gather into the next batch while the 
 (`should_send_now`): an idle link adds no delay and a busy one pays one gRPC message per batch,
 not per record. The window is wide enough to cover the receiver's fsync: a batch held back
 until an ack arrives misses the receiver's next group commit and waits a whole fsync more.
-A step sends at most `max_batches_per_step` batches (`wants_to_send`: the adapter steps again
-at once), so the adapter's loop, which also moves the stream's bytes, turns between batches.
+While the sender reads its journal (the peer is further behind than the record cache: a
+catch-up) its window in bytes is `catch_up_window_bytes`, so it is not left waiting for acks of
+a peer that applies ~100 MiB/s. A step sends at most `max_batches_per_step` batches
+(`wants_to_send`: the adapter steps again at once), so the adapter's loop, which also moves the
+stream's bytes, turns between batches.
 Rule 5: acks are cumulative. The receiver of a sync link (not downgraded) acknowledges each
 batch once it is durable: a publisher's persisted ack waits for it. The receiver of an async
 link acknowledges at most `AckConflationInterval` later (`AckPolicy`, from the sender's Hello
@@ -127,11 +130,14 @@ class LinkLimits:
     # Batches sent and not yet acknowledged: at a steady rate a batch leaves per local commit
     # and an ack comes back per commit of the receiver, so a window of a few batches fills
     # whenever the receiver's fsync takes a few of ours; the bytes bound the memory instead.
-    # A peer catching up takes ~100 MiB/s and acknowledges at half the window, once durable:
-    # at 8 MiB the sender refilled the window at every ack and then idled ~40 % of the
-    # catch-up waiting for the next one (docs/benchmarks.md, "Catch-up: the window").
     window_batches: int = 64
-    window_bytes: int = 32 << 20
+    window_bytes: int = 8 << 20
+    # While reading the journal: a peer catching up takes ~100 MiB/s and acknowledges once
+    # durable, and at 8 MiB the sender refilled the window at every ack, then waited for the
+    # next one (docs/benchmarks.md, "Catch-up: the window, the loop and the read posted
+    # ahead"). Not for live records: under a full-rate publisher the 8 MiB window lets a
+    # link's records gather while the peer is behind, leaving the publishers the loop.
+    catch_up_window_bytes: int = 32 << 20
     heartbeat_interval_ms: int = 1000
     peer_timeout_ms: int = 10_000
     max_reads_per_step: int = 4
@@ -281,9 +287,12 @@ def _records_bytes(records: Sequence[Record]) -> int:
     return sum(len(r.data) if type(r) is PublishRecord else _OTHER_RECORD_BYTES for r in records)
 
 
-def should_send_now(in_flight_batches: int, in_flight_bytes: int, limits: LinkLimits) -> bool:
+def should_send_now(
+    in_flight_batches: int, in_flight_bytes: int, limits: LinkLimits, *, catching_up: bool = False
+) -> bool:
     """Send now while the window has room; under load records gather into the next batch."""
-    return in_flight_batches < limits.window_batches and in_flight_bytes < limits.window_bytes
+    window_bytes = limits.catch_up_window_bytes if catching_up else limits.window_bytes
+    return in_flight_batches < limits.window_batches and in_flight_bytes < window_bytes
 
 
 class LinkCore:
@@ -334,6 +343,7 @@ class LinkCore:
         # the oldest unacknowledged record's age comes from the first (a downgrade reads it).
         self._durable_marks: deque[tuple[int, int]] = deque()
         self._more = False
+        self._catching_up = False  # the last read came from the journal, not the record cache
         # receiver: per batch (through_txid, the last record of each origin in it, size_bytes)
         self._pending_positions: deque[tuple[int, dict[str, OriginPosition], int]] = deque()
         self._pending_bytes = 0
@@ -585,6 +595,7 @@ class LinkCore:
         if held and all(self._is_ours(p) for p in held):
             start = max(start, max(p.upstream_txid for p in held) + 1)
         self._cursor = start
+        self._catching_up = False
         self.acked_through_txid = start - 1
         if start <= self.log.durable_txid and self.sends:
             self._resyncs += 1
@@ -611,7 +622,7 @@ class LinkCore:
         reads = batches = 0
         acked_before = self.acked_through_txid
         while self._cursor <= self.log.durable_txid and should_send_now(
-            len(self._in_flight), self._in_flight_bytes, limits
+            len(self._in_flight), self._in_flight_bytes, limits, catching_up=self._catching_up
         ):
             if reads == limits.max_reads_per_step or batches == limits.max_batches_per_step:
                 self._more = True
@@ -621,9 +632,11 @@ class LinkCore:
             if not records:
                 break
             chosen: Sequence[Record]
-            if type(records) is ReceivedFrames:
+            if type(records) is ReceivedFrames:  # from the journal: catching the peer up
+                self._catching_up = True
                 chosen, through, size_bytes = self._choose_frames(records, route)
             else:
+                self._catching_up = False
                 chosen, through, size_bytes = self._choose(records, route)
             self._cursor = through + 1
             if chosen:

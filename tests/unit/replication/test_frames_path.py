@@ -100,6 +100,31 @@ def _sent(
     return [a.frame for a in actions if isinstance(a, Send) and isinstance(a.frame, Batch)]
 
 
+async def test_a_link_reading_its_journal_keeps_the_catch_up_window_in_flight(
+    tmp_path: Path,
+) -> None:
+    """Rule 3: reading its journal (the peer is further behind than the record cache: a
+    catch-up), a link sends until `catch_up_window_bytes` are unacknowledged; reading records
+    (the record cache: live traffic), until `window_bytes` are."""
+    journal = await _journal(tmp_path)
+    try:
+        limits = LinkLimits(max_batch_records=4, window_bytes=600, catch_up_window_bytes=3000)
+        for view, window in ((_FramesView(journal), 3000), (_RecordsView(journal), 600)):
+            route = _route((), ".*")
+            core = LinkCore("a", "ga", view, {"b": route}, PositionBook(), "b", limits=limits)
+            core.handle(Connected(dialled=True), 0)
+            hello = Hello(PROTOCOL_VERSION, "b", route.group, "a", "ga", Digest(sends=False))
+            core.handle(FrameReceived(hello), 0)
+            while core.wants_to_send:
+                core.handle(LogAdvanced(), 0)
+            sizes = [size for _, _, size in core._in_flight]
+            assert sum(sizes[:-1]) < window <= sum(sizes)  # stopped by the window, not the log
+            assert core.unsent_from_txid <= journal.durable_txid
+            core.check_invariants()
+    finally:
+        await journal.close()
+
+
 def _route(topics: tuple[tuple[str, str | None], ...], pass_through: str | None) -> Route:
     destination = DestinationConfig(
         "b",
