@@ -13,7 +13,7 @@ not per record. The window is wide enough to cover the receiver's fsync: a batch
 until an ack arrives misses the receiver's next group commit and waits a whole fsync more.
 While the sender reads its journal (the peer is further behind than the record cache: a
 catch-up) its window in bytes is `catch_up_window_bytes`, so it is not left waiting for acks of
-a peer that applies ~100 MiB/s. A step sends at most `max_batches_per_step` batches
+a peer that applies ~100 MiB/s, and a step sends at most `catch_up_batches_per_step` batches
 (`wants_to_send`: the adapter steps again at once), so the adapter's loop, which also moves the
 stream's bytes, turns between batches.
 Rule 5: acks are cumulative. The receiver of a sync link (not downgraded) acknowledges each
@@ -141,9 +141,10 @@ class LinkLimits:
     heartbeat_interval_ms: int = 1000
     peer_timeout_ms: int = 10_000
     max_reads_per_step: int = 4
-    # One batch per step: reading and framing a batch of 1 MiB holds the adapter's event loop
-    # for milliseconds, and gRPC's writes only progress when that loop turns.
-    max_batches_per_step: int = 1
+    # While reading the journal, one batch per step: reading and checking a batch of 1 MiB from
+    # disk holds the adapter's event loop for milliseconds, and gRPC's writes only progress
+    # when that loop turns.
+    catch_up_batches_per_step: int = 1
 
 
 # -- events (facts, past tense) ------------------------------------------------------------
@@ -624,7 +625,9 @@ class LinkCore:
         while self._cursor <= self.log.durable_txid and should_send_now(
             len(self._in_flight), self._in_flight_bytes, limits, catching_up=self._catching_up
         ):
-            if reads == limits.max_reads_per_step or batches == limits.max_batches_per_step:
+            if reads == limits.max_reads_per_step or (
+                self._catching_up and batches == limits.catch_up_batches_per_step
+            ):
                 self._more = True
                 break
             reads += 1

@@ -125,6 +125,36 @@ async def test_a_link_reading_its_journal_keeps_the_catch_up_window_in_flight(
         await journal.close()
 
 
+async def test_a_link_reading_its_journal_sends_one_batch_a_step(tmp_path: Path) -> None:
+    """Rule 3: reading its journal (catching the peer up), a link sends one batch per step and
+    asks to be stepped again, so the adapter's event loop, which moves the stream's bytes,
+    turns between batches; reading records (live traffic), up to `max_reads_per_step`. Either
+    way it sends the same records in order."""
+    journal = await _journal(tmp_path)
+    try:
+        limits = LinkLimits(max_batch_records=4, max_reads_per_step=3)
+        sent_by_view: list[list[int]] = []
+        for view, per_step in ((_FramesView(journal), 1), (_RecordsView(journal), 3)):
+            route = _route((), ".*")
+            core = LinkCore("a", "ga", view, {"b": route}, PositionBook(), "b", limits=limits)
+            core.handle(Connected(dialled=True), 0)
+            hello = Hello(PROTOCOL_VERSION, "b", route.group, "a", "ga", Digest(sends=False))
+            steps = [core.handle(FrameReceived(hello), 0)]
+            while core.wants_to_send:
+                steps.append(core.handle(LogAdvanced(), 0))
+                core.check_invariants()
+            batches = [
+                [a.frame for a in step if isinstance(a, Send) and isinstance(a.frame, Batch)]
+                for step in steps
+            ]
+            assert max(len(step) for step in batches) == per_step
+            assert len(steps) > 2
+            sent_by_view.append([r.txid for step in batches for b in step for r in b.records])
+        assert sent_by_view[0] == sent_by_view[1]
+    finally:
+        await journal.close()
+
+
 def _route(topics: tuple[tuple[str, str | None], ...], pass_through: str | None) -> Route:
     destination = DestinationConfig(
         "b",

@@ -130,31 +130,6 @@ def test_the_window_also_bounds_the_bytes_in_flight() -> None:
     check_converged(net)
 
 
-def test_a_step_sends_one_batch_and_asks_to_be_stepped_again() -> None:
-    """Rule 3: a link with much to send (catching up) sends one batch per step and asks to be
-    stepped again, so the adapter's event loop, which moves the stream's bytes, turns between
-    batches; stepped again, it sends the rest in order."""
-    net = ready_pair()
-    a = net.instances["a"]
-    core = a.links["b"]
-    core.limits = LinkLimits(max_batch_records=2, window_batches=64, max_reads_per_step=4)
-    for _ in range(7):
-        a.publish()
-    a.log.durable = a.log.last_txid  # durable; the link not stepped yet
-    batches: list[Batch] = []
-    steps = 0
-    while steps == 0 or core.wants_to_send:
-        frames = sent(core.handle(LogAdvanced(), net.now_ms))
-        steps += 1
-        assert len(frames) == 1
-        assert isinstance(frames[0], Batch)
-        batches.append(frames[0])
-        core.check_invariants()
-    assert steps == 4
-    assert [r.txid for b in batches for r in b.records] == list(range(1, 8))
-    assert core.handle(LogAdvanced(), net.now_ms) == []  # nothing more to send
-
-
 def test_acks_come_only_after_the_records_are_durable_on_the_receiver() -> None:
     """L2/R10: a position is acknowledged (and later reported) only once it is on disk."""
     net = ready_pair()
