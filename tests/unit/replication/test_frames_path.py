@@ -84,20 +84,35 @@ class _RecordsView(_FramesView):
         return self.journal.read(from_txid, max_records)
 
 
+def _steps(
+    view: _FramesView,
+    route: Route,
+    limits: LinkLimits,
+    held: tuple[OriginPosition, ...] = (),
+) -> tuple[LinkCore, list[list[Batch]]]:
+    """A link from a to b brought up and stepped until it asks for no more: the batches each
+    step sent."""
+    core = LinkCore("a", "ga", view, {"b": route}, PositionBook(), "b", limits=limits)
+    core.handle(Connected(dialled=True), 0)
+    hello = Hello(PROTOCOL_VERSION, "b", route.group, "a", "ga", Digest(sends=False), held)
+    steps = [core.handle(FrameReceived(hello), 0)]
+    while core.wants_to_send:
+        steps.append(core.handle(LogAdvanced(), 0))
+        core.check_invariants()
+    core.check_invariants()
+    return core, [
+        [a.frame for a in step if isinstance(a, Send) and isinstance(a.frame, Batch)]
+        for step in steps
+    ]
+
+
 def _sent(
     view: _FramesView,
     route: Route,
     limits: LinkLimits,
     held: tuple[OriginPosition, ...] = (),
 ) -> list[Batch]:
-    core = LinkCore("a", "ga", view, {"b": route}, PositionBook(), "b", limits=limits)
-    core.handle(Connected(dialled=True), 0)
-    hello = Hello(PROTOCOL_VERSION, "b", route.group, "a", "ga", Digest(sends=False), held)
-    actions = core.handle(FrameReceived(hello), 0)
-    while core.wants_to_send:
-        actions += core.handle(LogAdvanced(), 0)
-    core.check_invariants()
-    return [a.frame for a in actions if isinstance(a, Send) and isinstance(a.frame, Batch)]
+    return [batch for step in _steps(view, route, limits, held)[1] for batch in step]
 
 
 async def test_a_link_reading_its_journal_keeps_the_catch_up_window_in_flight(
@@ -110,17 +125,10 @@ async def test_a_link_reading_its_journal_keeps_the_catch_up_window_in_flight(
     try:
         limits = LinkLimits(max_batch_records=4, window_bytes=600, catch_up_window_bytes=3000)
         for view, window in ((_FramesView(journal), 3000), (_RecordsView(journal), 600)):
-            route = _route((), ".*")
-            core = LinkCore("a", "ga", view, {"b": route}, PositionBook(), "b", limits=limits)
-            core.handle(Connected(dialled=True), 0)
-            hello = Hello(PROTOCOL_VERSION, "b", route.group, "a", "ga", Digest(sends=False))
-            core.handle(FrameReceived(hello), 0)
-            while core.wants_to_send:
-                core.handle(LogAdvanced(), 0)
+            core, _ = _steps(view, _route((), ".*"), limits)
             sizes = [size for _, _, size in core._in_flight]
             assert sum(sizes[:-1]) < window <= sum(sizes)  # stopped by the window, not the log
             assert core.unsent_from_txid <= journal.durable_txid
-            core.check_invariants()
     finally:
         await journal.close()
 
@@ -135,20 +143,9 @@ async def test_a_link_reading_its_journal_sends_one_batch_a_step(tmp_path: Path)
         limits = LinkLimits(max_batch_records=4, max_reads_per_step=3)
         sent_by_view: list[list[int]] = []
         for view, per_step in ((_FramesView(journal), 1), (_RecordsView(journal), 3)):
-            route = _route((), ".*")
-            core = LinkCore("a", "ga", view, {"b": route}, PositionBook(), "b", limits=limits)
-            core.handle(Connected(dialled=True), 0)
-            hello = Hello(PROTOCOL_VERSION, "b", route.group, "a", "ga", Digest(sends=False))
-            steps = [core.handle(FrameReceived(hello), 0)]
-            while core.wants_to_send:
-                steps.append(core.handle(LogAdvanced(), 0))
-                core.check_invariants()
-            batches = [
-                [a.frame for a in step if isinstance(a, Send) and isinstance(a.frame, Batch)]
-                for step in steps
-            ]
+            _, batches = _steps(view, _route((), ".*"), limits)
             assert max(len(step) for step in batches) == per_step
-            assert len(steps) > 2
+            assert len(batches) > 2
             sent_by_view.append([r.txid for step in batches for b in step for r in b.records])
         assert sent_by_view[0] == sent_by_view[1]
     finally:
