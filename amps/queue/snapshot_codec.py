@@ -83,8 +83,9 @@ def encode_snapshot(snap: QueueSnapshot, taken_mono_ms: int, taken_wall_us: int)
     return b"".join(parts)
 
 
-def decode_snapshot(data: bytes) -> tuple[QueueSnapshot, int, int]:
-    """-> (snapshot, taken_mono_ms, taken_wall_us); SnapshotFormatError on anything else."""
+def decode_snapshot(data: bytes | memoryview) -> tuple[QueueSnapshot, int, int]:
+    """-> (snapshot, taken_mono_ms, taken_wall_us); SnapshotFormatError on anything else. A
+    memoryview (a part of a larger snapshot's bytes) is read in place, not copied."""
     if len(data) < _HEADER.size:
         raise SnapshotFormatError("snapshot is truncated")
     magic, high_water, mono_ms, wall_us, count = _HEADER.unpack_from(data, 0)
@@ -124,7 +125,7 @@ def decode_snapshot(data: bytes) -> tuple[QueueSnapshot, int, int]:
 
 
 def _read_bookmarks(
-    data: bytes, view: memoryview, offset: int, count: int
+    data: bytes | memoryview, view: memoryview, offset: int, count: int
 ) -> tuple[tuple[BookmarkRun, ...], tuple[tuple[int, int, int], ...], int]:
     """The runs and out-of-order bookmarks; together they must name `count` messages."""
     (run_count,), offset = _unpack(_COUNT, data, offset)
@@ -146,14 +147,16 @@ def _read_bookmarks(
     return tuple(runs), unordered, offset
 
 
-def _unpack(layout: struct.Struct, data: bytes, offset: int) -> tuple[tuple[int, ...], int]:
+def _unpack(
+    layout: struct.Struct, data: bytes | memoryview, offset: int
+) -> tuple[tuple[int, ...], int]:
     if offset + layout.size > len(data):
         raise SnapshotFormatError("snapshot is truncated")
     return layout.unpack_from(data, offset), offset + layout.size
 
 
 def _read_items(
-    layout: struct.Struct, data: bytes, offset: int
+    layout: struct.Struct, data: bytes | memoryview, offset: int
 ) -> tuple[tuple[tuple[int, int, int], ...], int]:
     """A u32 count then that many fixed-size triples."""
     (count,), offset = _unpack(_COUNT, data, offset)
