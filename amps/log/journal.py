@@ -194,6 +194,8 @@ class Journal:
         self.on_fsync: FsyncObserver | None = None
         self.on_commit_hops: CommitHopsObserver | None = None
         self.on_durable: DurableObserver | None = None
+        # Told once when a write or an fsync fails (every waiter gets the error too).
+        self.on_failure: Callable[[JournalError], None] | None = None
         # The latest batch the writer finished, as the event loop saw it back: a replicated
         # batch made durable by it is timed stage by stage (hops `replicated_stages`).
         self.last_flush: CommitTiming | None = None
@@ -574,6 +576,11 @@ class Journal:
             await self._next_flush()
         return self._durable_txid
 
+    @property
+    def flushing(self) -> bool:
+        """A batch is with the writer thread (its result is still to come)."""
+        return self._flushing
+
     def start_commit(self) -> None:
         """Hand what is appended to the writer now, without waiting for it (see `commit`)."""
         if self._pending and not self._flushing and self._failure is None:
@@ -627,6 +634,8 @@ class Journal:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_exception(self._failure)
+            if self.on_failure is not None:
+                self.on_failure(self._failure)
             return
         self._durable_txid = last_txid
         if self.on_fsync is not None:

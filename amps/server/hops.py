@@ -126,10 +126,10 @@ class Histogram:
 # fsync, its link's send (the sender's stages, from the same instant) and the way through both
 # gRPC stacks; then `apply` read -> appended here (the link core, de-duplication, the journal
 # append), `commit_wait` appended -> its commit handed to the journal's writer (behind a commit
-# in flight, the commit loop's wake-up), `handoff` -> the writer thread running it (its wake-up,
+# in flight, the commit callback's turn), `handoff` -> the writer thread running it (its wake-up,
 # the GIL), `write` its writes, `fsync`, `return` the writer done -> its result on the event
-# loop, `dispatch` -> this batch acknowledged (the commit loop's wake-up and the commit's
-# dispatch before the links). Stages after `arrival` add up to `replicated_durable`; `arrival`
+# loop, `dispatch` -> this batch acknowledged (the commit's dispatch before the
+# links). Stages after `arrival` add up to `replicated_durable`; `arrival`
 # plus them to the `replicated_lag` of the batch's first record.
 RECEIVER_STAGES = (
     "arrival", "apply", "commit_wait", "handoff", "write", "fsync", "return", "dispatch",
@@ -138,7 +138,7 @@ RECEIVER_STAGES = (
 
 # A replicated batch on its sender, from its first record's timestamp (accepted here, or at its
 # origin for a passthrough), stage by stage: `commit` -> its commit handed to the journal's
-# writer (the append, a commit in flight, the commit loop's wake-up), `handoff`, `write`, `fsync`
+# writer (the append, a commit in flight, the commit callback's turn), `handoff`, `write`, `fsync`
 # and `return` as on a receiver, `dispatch` -> the batch made for the link (the commit's
 # dispatch before the links; for a batch not made durable by the latest commit, a link catching
 # up, all of its wait), `link` -> gRPC took it (behind the link's earlier frames).

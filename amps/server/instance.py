@@ -1,9 +1,9 @@
 """The instance: journal, group commit, persisted acks, fan-out to subscriptions and queues.
 
-Publish path (ARCHITECTURE.md flow 1): session -> dedup -> journal append -> one commit loop
-(group commit: one fsync for everything appended meanwhile) -> persisted acks and fan-out of the
-now-durable records. Only durable records are delivered, so a bookmark replay and the live stream
-meet at `dispatched_txid` without gaps or doubles (L7).
+Publish path (ARCHITECTURE.md flow 1): session -> dedup -> journal append -> one commit per
+loop iteration (group commit: one fsync for everything appended meanwhile) -> persisted acks and
+fan-out of the now-durable records. Only durable records are delivered, so a bookmark replay and
+the live stream meet at `dispatched_txid` without gaps or doubles (L7).
 """
 
 from __future__ import annotations
@@ -81,9 +81,11 @@ class Instance:
         self._undispatched: list[PublishRecord | ReceivedRun] = []
         self._undispatched_runs = 0
         self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._commit_wanted = asyncio.Event()
+        # A commit wanted: started by a loop callback at the next iteration, so what this
+        # iteration's callbacks append goes to the writer together (group commit).
+        self._commit_handle: asyncio.Handle | None = None
+        self._committing = False  # started, not stopped: commits are scheduled
         self._on_fatal = on_fatal
-        self._committer: asyncio.Task[None] | None = None
         self.version = __version__
         self.damage = DamageLog()
         self.records = RecordCache(journal, on_damage=self.damage.report)
@@ -128,7 +130,9 @@ class Instance:
                 time.process_time() - started_cpu,
             )
         self.journal.on_durable = self._durable
-        self._committer = asyncio.create_task(self._commit_loop(), name="commit-loop")
+        self.journal.on_failure = self._journal_failed
+        self._committing = True
+        self._want_commit()  # what was appended before the start
         if self.queues.drivers:
             self.queues.start_checkpoints()
         self.lifecycle.start_schedules(self.config.actions)
@@ -142,10 +146,12 @@ class Instance:
         for driver in self.queues.drivers.values():
             driver.stop()
         await self.queues.close()
-        self.journal.on_durable = None  # nothing is dispatched once the commit loop ends
-        if self._committer is not None:
-            self._committer.cancel()
-            await asyncio.gather(self._committer, return_exceptions=True)
+        self.journal.on_durable = None  # nothing is dispatched once stopped
+        self.journal.on_failure = None
+        self._committing = False
+        if self._commit_handle is not None:
+            self._commit_handle.cancel()  # the journal's close commits what is appended
+            self._commit_handle = None
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -247,7 +253,7 @@ class Instance:
                 self._append_received(records)
             else:
                 self._append_received_mixed(records)
-            self._commit_wanted.set()
+            self._want_commit()
             return
         run: list[PublishRecord] = []
         for record in records:
@@ -261,7 +267,7 @@ class Instance:
                 run = []
                 self.queues.replicated_record(record)
         self._append_replicated_publishes(run)
-        self._commit_wanted.set()
+        self._want_commit()
 
     def _append_replicated_publishes(self, run: list[PublishRecord]) -> None:
         discarded: list[PublishRecord] = []
@@ -374,7 +380,7 @@ class Instance:
         )
         self._undispatched.append(record)
         self._count_publish(topic, len(data))
-        self._commit_wanted.set()
+        self._want_commit()
 
     def append_record(
         self, record: QueueRecord | TransferRecord, *, soon: bool = False
@@ -386,7 +392,7 @@ class Instance:
         assert not isinstance(stamped, PublishRecord)
         self.records.put_other(stamped)  # the links read it from memory once it is durable
         if not soon:
-            self._commit_wanted.set()
+            self._want_commit()
             return stamped
         if self._oldest_soon is None:
             self._oldest_soon = (self.journal.last_txid, perf_counter_ns())
@@ -396,12 +402,12 @@ class Instance:
 
     def _commit_soon(self) -> None:
         self._soon_commit = None
-        self._commit_wanted.set()
+        self._want_commit()
 
     def when_durable(self, callback: Callable[[], None]) -> None:
         """Run callback once everything appended so far is durable (the Action contract)."""
         self._durable_callbacks.append((self.journal.last_txid, callback))
-        self._commit_wanted.set()
+        self._want_commit()
 
     def now_ms(self) -> int:
         """Monotonic milliseconds: the engines' clock."""
@@ -418,7 +424,7 @@ class Instance:
     def expect_persisted_ack(self, session: Session, seq: int) -> None:
         """After a frame: ack `seq` once everything appended so far is durable."""
         self.publishing.expect_ack(session, self.journal.last_txid, seq)
-        self._commit_wanted.set()
+        self._want_commit()
 
     async def wait_durable(self) -> None:
         """Return once everything appended so far is durable (flush with persisted)."""
@@ -427,36 +433,42 @@ class Instance:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._durable_waiters.append((target, future))
-        self._commit_wanted.set()
+        self._want_commit()
         await future
 
-    async def _commit_loop(self) -> None:
+    def _want_commit(self) -> None:
+        """Commit what is appended at the next loop iteration (once per iteration)."""
+        if self._commit_handle is None and self._committing:
+            self._commit_handle = self._loop.call_soon(self._commit_now)
+
+    def _commit_now(self) -> None:
+        """Hand what is appended to the journal's writer, unless a batch is with it: its
+        result (`_durable`) hands over what was appended meanwhile. A callback, not a task
+        awaiting each commit: one wake-up per commit less on every instance (issue 8)."""
+        self._commit_handle = None
         try:
-            while True:
-                await self._commit_wanted.wait()
-                self._commit_wanted.clear()
-                if self.journal.last_txid > self.dispatched_txid:
-                    # Each batch is dispatched as the writer's result arrives (`_durable`);
-                    # this waits for them, and raises what failed.
-                    await self.journal.commit()
-                else:  # callbacks and waiters already due
-                    self._after_commit(self.dispatched_txid)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # an fsync failure stops the instance (never pretend success)
+            if self.journal.last_txid > self.dispatched_txid:
+                self.journal.start_commit()
+            else:  # callbacks and waiters already due
+                self._after_commit(self.dispatched_txid)
+        except BaseException as exc:  # never pretend success
             self._on_fatal(exc)
             raise
+
+    def _journal_failed(self, error: BaseException) -> None:
+        """The journal's writer failed (an fsync or a write): the instance stops; nothing
+        waiting for that commit is told it is durable."""
+        self._on_fatal(error)
 
     def _durable(self, durable_txid: int) -> None:
         """The journal made a batch durable (its result just came back to the loop): what was
         appended during that fsync goes to the writer now, and the batch is acknowledged,
-        replicated and delivered in the same loop iteration, not in the next, when the commit
-        loop's task would resume (one hop less, twice per replicated batch: on the origin
-        before its link sends it, on the destination before its ack)."""
+        replicated and delivered in the same loop iteration (once per replicated batch on the
+        origin before its link sends it, and on the destination before its ack)."""
         try:
             self.journal.start_commit()
             self._after_commit(durable_txid)
-        except BaseException as exc:  # as in the commit loop: never pretend success
+        except BaseException as exc:  # never pretend success
             self._on_fatal(exc)
             raise
 
@@ -512,8 +524,10 @@ class Instance:
             else:
                 still.append((target, future))
         self._durable_waiters = still
+        if self.journal.flushing:
+            return  # it holds everything appended: its result comes back here
         if self._undispatched or self._durable_waiters or self._durable_callbacks:
-            self._commit_wanted.set()
+            self._want_commit()
 
     def _time_replicated(self, items: list[PublishRecord | ReceivedRun]) -> None:
         """Hops: each replicated publish made durable here, from its origin's timestamp."""

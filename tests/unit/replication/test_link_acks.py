@@ -3,7 +3,7 @@ by one ack (acks are cumulative), not one gRPC message each (issue 8, R1, L2).
 
 Two real instances and their replicators in one event loop, linked by an in-memory stream that
 carries what gRPC would (each frame serialised and decoded as on the wire), so the test decides
-when the destination reads: two batches read back to back are appended before its commit loop
+when the destination reads: two batches read back to back are appended before its commit callback
 runs, and one commit makes both durable.
 """
 

@@ -4,10 +4,16 @@ released and the links have been stepped in that same loop iteration (issue 8, L
 
 from __future__ import annotations
 
+import asyncio
+import errno
 from pathlib import Path
 
+import pytest
+
 from amps.config import load_config
+from amps.errors import JournalError
 from amps.log.journal import Journal
+from amps.log.storage import SegmentWriter
 from amps.server.instance import Instance
 
 CONFIG = """<AMPSConfig><Name>a</Name>
@@ -26,16 +32,52 @@ async def test_a_commit_is_dispatched_before_its_waiters_resume(tmp_path: Path) 
     try:
         for n in range(1, 4):
             instance.publish_internal("orders", b'{"n":%d}' % n)
-            # Waiting here first (the commit loop's task has not run yet): this waiter resumes
-            # before the commit loop's.
+            # Waiting here first (the commit callback has not run yet): this waiter resumes
+            # before anything else looks at the commit.
             durable = await journal.commit()
             assert durable == n
             assert instance.dispatched_txid == n
             assert instance.records.records[n].data == b'{"n":%d}' % n
-        # Nothing was dispatched twice: the commit loop, resuming after, finds it done.
+        # Nothing was dispatched twice: the commit callback, running after, finds it done.
         await instance.wait_durable()
         assert instance.dispatched_txid == 3
     finally:
         await instance.stop()
         await journal.close()
     assert fatal == []
+
+
+async def test_a_failed_fsync_stops_the_instance_and_acknowledges_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never pretend success: the writer's failure reaches the instance's fatal handler, and
+    what waited for that commit is not told it is durable."""
+    fatal: list[BaseException] = []
+    stopped = asyncio.Event()
+
+    def on_fatal(exc: BaseException) -> None:
+        fatal.append(exc)
+        stopped.set()
+
+    journal = Journal.open(tmp_path / "j", instance_name="a", group="a")
+    instance = Instance(load_config(CONFIG), journal, on_fatal)
+    await instance.start(tmp_path)
+    try:
+
+        def fail(self: SegmentWriter) -> float:
+            raise OSError(errno.EIO, "disk on fire")
+
+        monkeypatch.setattr(SegmentWriter, "_fsync", fail)
+        instance.publish_internal("orders", b'{"n":1}')
+        waiter = asyncio.ensure_future(instance.wait_durable())
+        async with asyncio.timeout(10):
+            await stopped.wait()
+        assert isinstance(fatal[0], JournalError)
+        assert "disk on fire" in str(fatal[0])
+        assert instance.dispatched_txid == 0
+        assert not waiter.done() or waiter.exception() is not None
+        waiter.cancel()
+    finally:
+        monkeypatch.undo()
+        await instance.stop()
+        await journal.close()
