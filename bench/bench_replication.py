@@ -27,11 +27,14 @@ same run, as a ratio. Prints; asserts nothing.
 4. catch-up of an instance that missed N messages, against the origin's own epoch replay;
 5. per record, in-process: what a link costs on each side (read, frame, decode, append), the
    old way (records encoded again, appended one at a time) beside the frames-as-logged way;
-6. the peer a user would pick instead (when `nats-server` is installed or installable): a
+6. the live path's own CPU per batch in one process (bench/live_cycle.py): a sync link a -> b
+   over an in-memory stream, five publishes per batch, both instances and their writer threads,
+   no gRPC: two trees compared on a shared machine;
+7. the peer a user would pick instead (when `nats-server` is installed or installable): a
    three-node NATS JetStream cluster on loopback, a replicas=3 file stream, 1 KB publishes
    with acks (window 1000), beside three instances of ours publishing on one with two sync
    destinations;
-7. failover (bench/failover.py): ten SIGKILLs (`--kills N`) of a publisher's instance in the
+8. failover (bench/failover.py): ten SIGKILLs (`--kills N`) of a publisher's instance in the
    sync full mesh of deploy/amps-N.xml, kill -> publishing elsewhere and kill -> next persisted
    ack, p50 and max beside the downgrade action's Age, with Every/Age 100 ms / 500 ms and the
    deployed 500 ms / 2 s; then every instance's log checked for lost and duplicated messages.
@@ -72,6 +75,7 @@ from bench.bench_broker import (
 )
 from bench.common import json_payloads, metrics_text, percentile, scrape, temp_instance
 from bench.failover import DEPLOYED, SHORT, failover
+from bench.live_cycle import live_cycle
 from bench.peers import ensure_nats, nats_cluster
 from tests.harness.cluster import Cluster, Link, cluster, full_mesh
 from tests.harness.instance import InstanceProcess
@@ -84,7 +88,7 @@ LIVE_RATE_PER_S = 1_000  # live traffic on a while b catches up (the issue's fig
 CATCH_UP_POLL_S = 0.1
 CATCH_UP_POLL_MIN_S = 0.005  # the catch-up's polls of b: from 1 s apart down to this
 CATCH_UP_POLL_MAX_S = 1.0
-SECTIONS = ("publish", "latency", "lag", "catch-up", "costs", "peer", "failover")
+SECTIONS = ("publish", "latency", "lag", "catch-up", "costs", "cycle", "peer", "failover")
 # The hops (amps.server.hops) printed as means: a frame of commands handled, deliveries waiting
 # for and taken by gRPC, the sender's link hops and the receiver's receive -> durable.
 HOPS = (
@@ -735,6 +739,8 @@ def main() -> None:
             ratios.append(catch_up(missed))
         if "costs" in only:
             link_costs(messages)
+        if "cycle" in only:
+            live_cycle()
     if len(ratios) > 1:
         print(
             f"catch-up over {len(ratios)} rounds: median {statistics.median(ratios):.2f}x of "
