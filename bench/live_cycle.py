@@ -17,82 +17,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from amps.config import load_config
-from amps.log.journal import Journal
-from amps.server.instance import Instance
-from replication.convert import decode_link_frame
-from replication.link import Outgoing, Replicator, _serialize
-from replication.link_core import LinkState
-
-TIMEOUT_S = 30.0
-
-
-def _config(name: str, destination: str | None) -> str:
-    replication = ""
-    if destination is not None:
-        replication = (
-            f"<Replication><Destination><Name>{destination}</Name><SyncType>sync</SyncType>"
-            "<Topic><Name>.*</Name><MessageType>json</MessageType></Topic>"
-            "<Transport><Type>amps-replication</Type><InetAddr>127.0.0.1:9</InetAddr>"
-            "</Transport></Destination></Replication>"
-        )
-    return f"""<AMPSConfig><Name>{name}</Name>
-<Transports>
-  <Transport><Name>clients</Name><Type>grpc</Type><InetAddr>0</InetAddr></Transport>
-  <Transport><Name>peers</Name><Type>amps-replication</Type><InetAddr>0</InetAddr></Transport>
-</Transports>
-<TransactionLog><JournalDirectory>j</JournalDirectory>
-<Topic><Name>.*</Name><MessageType>json</MessageType></Topic></TransactionLog>
-{replication}
-</AMPSConfig>"""
-
-
-class _End:
-    """One side of an in-memory stream; every read notifies `changed`."""
-
-    def __init__(self, changed: asyncio.Condition) -> None:
-        self.changed = changed
-        self.inbox: asyncio.Queue[object] = asyncio.Queue()
-        self.peer: _End | None = None
-
-    async def read(self) -> object:
-        # The reader asks for the next frame once it has handled the one before: now.
-        async with self.changed:
-            self.changed.notify_all()
-        return await self.inbox.get()
-
-    def peer_names(self) -> set[str]:
-        return set()
-
-    async def write(self, message: Outgoing) -> None:
-        assert self.peer is not None
-        self.peer.inbox.put_nowait(decode_link_frame(_serialize(message)))
+from tests.harness.memory_link import linked_pair
 
 
 async def _cycles(root: Path, cycles: int, per_batch: int, rounds: int) -> float:
     """CPU seconds per cycle, best of `rounds`."""
-    instances: list[Instance] = []
-    replicators: list[Replicator] = []
-    for name, destination in (("a", "b"), ("b", None)):
-        journal = Journal.open(root / name / "j", instance_name=name, group=name)
-        instance = Instance(load_config(_config(name, destination)), journal, lambda _exc: None)
-        await instance.start(root / name)
-        replicator = Replicator(instance.config, instance, root / name)
-        instance.replicator = replicator
-        instances.append(instance)
-        replicators.append(replicator)
-    a, _b = instances
-    sender, receiver = replicators
-    changed = asyncio.Condition()
-    a_end, b_end = _End(changed), _End(changed)
-    a_end.peer, b_end.peer = b_end, a_end
-    link = asyncio.ensure_future(sender._run(sender.cores["b"], a_end, dialled=True))
-    accepted = asyncio.ensure_future(receiver.accept(b_end))
-    core = sender.cores["b"]
     payload = b'{"pad":"' + b"x" * 1000 + b'"}'
-    try:
-        async with asyncio.timeout(TIMEOUT_S), changed:
-            await changed.wait_for(lambda: core.state is LinkState.READY)
+    async with linked_pair(root, sync=True) as pair:
+        a, core = pair.a, pair.core
+        pair.a_end.keep_written = pair.b_end.keep_written = False
         best = float("inf")
         for _ in range(rounds):
             started = time.process_time()
@@ -100,17 +33,9 @@ async def _cycles(root: Path, cycles: int, per_batch: int, rounds: int) -> float
                 for _ in range(per_batch):
                     a.publish_internal("orders", payload)
                 target = a.journal.last_txid
-                async with asyncio.timeout(TIMEOUT_S), changed:
-                    await changed.wait_for(lambda t=target: core.acked_through_txid >= t)
+                await pair.until(lambda t=target: core.acked_through_txid >= t, "the ack")
             best = min(best, time.process_time() - started)
         return best / cycles
-    finally:
-        link.cancel()
-        accepted.cancel()
-        await asyncio.gather(link, accepted, return_exceptions=True)
-        for instance in instances:
-            await instance.stop()
-            await instance.journal.close()
 
 
 def live_cycle(cycles: int = 2000, per_batch: int = 5, rounds: int = 3) -> None:
