@@ -126,11 +126,11 @@ class Histogram:
 # fsync, its link's send (the sender's stages, from the same instant) and the way through both
 # gRPC stacks; then `apply` read -> appended here (the link core, de-duplication, the journal
 # append), `commit_wait` appended -> its commit handed to the journal's writer (behind a commit
-# in flight, the commit callback's turn), `handoff` -> the writer thread running it (its wake-up,
-# the GIL), `write` its writes, `fsync`, `return` the writer done -> its result on the event
-# loop, `dispatch` -> this batch acknowledged (the commit's dispatch before the
-# links). Stages after `arrival` add up to `replicated_durable`; `arrival`
-# plus them to the `replicated_lag` of the batch's first record.
+# in flight, the commit callback's turn), `handoff` -> the writer thread running it (its
+# wake-up, the GIL), `write` its writes, `fsync`, `return` the writer done -> its result on the
+# event loop, `dispatch` -> this batch acknowledged (the commit's dispatch before the links).
+# Stages after `arrival` add up to `replicated_durable`; `arrival` plus them to the
+# `replicated_lag` of the batch's first record.
 RECEIVER_STAGES = (
     "arrival", "apply", "commit_wait", "handoff", "write", "fsync", "return", "dispatch",
 )  # fmt: skip
