@@ -29,7 +29,6 @@ import signal
 import statistics
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ import orjson
 
 from amps.client import Client, Message, Subscription
 from tests.cluster.checker import check
-from tests.harness.cluster import free_ports
+from tests.harness.cluster import destinations, free_ports, not_sync
 from tests.harness.instance import ROOT, InstanceProcess
 from tests.harness.streams import more_within
 
@@ -134,20 +133,9 @@ def deployed_cluster(every_ms: int, age_ms: int) -> Iterator[dict[str, InstanceP
         shutil.rmtree(root, ignore_errors=True)
 
 
-def destinations(instance: InstanceProcess) -> list[dict[str, Any]]:
-    url = f"http://127.0.0.1:{instance.admin_port}/amps/instance/replication.json"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        found: list[dict[str, Any]] = orjson.loads(response.read())["destinations"]
-    return found
-
-
-def not_sync(instances: dict[str, InstanceProcess]) -> list[str]:
-    """Every destination of every instance that is not connected and sync, as "a -> b (how)"."""
-    return sync_state(instances)[0]
-
-
 def sync_state(instances: dict[str, InstanceProcess]) -> tuple[list[str], int]:
-    """`not_sync`, and the downgrades and upgrades made so far by every instance."""
+    """Every destination not connected and sync, as "a -> b (how)", and the downgrades and
+    upgrades made so far by every instance."""
     found, changes = [], 0
     for name, instance in instances.items():
         for d in destinations(instance):
