@@ -38,6 +38,14 @@ def session_builder(master: str, app_name: str) -> SparkSession.Builder:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The Spark tests run first. pyspark starts its JVM gateway by a fork that runs Python in
+    the child (preexec_fn); once a CI run had left gRPC threads in this process, gRPC skipped its
+    fork handlers and the child died before its exec (JAVA_GATEWAY_EXITED: every Spark test an
+    error; alone they passed). Before any other test, no gRPC thread runs here."""
+    items.sort(key=lambda item: item.get_closest_marker("spark") is None)  # stable
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """The one Spark session of the test run; its Python workers run this interpreter."""
