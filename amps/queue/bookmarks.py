@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from itertools import compress, islice
 from operator import lt, ne
 
+from amps.queue.bulk import select, stretch_mask
 from amps.queue.columns import Column, ColumnFactory, as_array, extend, memory_columns, tail
 
 
@@ -249,15 +250,7 @@ def _stretch(run: PublisherRun, seqs: Sequence[int]) -> array[int] | None:
     last = bisect_left(run_seqs, seqs[-1], first)
     if last >= len(run_seqs) or run_seqs[first] != seqs[0] or run_seqs[last] != seqs[-1]:
         return None
-    count = len(seqs)
-    if last - first + 1 == count:  # consecutive entries (acks in order): one comparison
-        if run_seqs[first : last + 1] != array("Q", seqs):
-            return None
-        return run_txids[first : last + 1]
-    if last - first >= _SPAN_SLACK * count + 256:
+    if last - first >= _SPAN_SLACK * len(seqs) + 256:
         return None
-    wanted = set(seqs)
-    mask = bytes(map(wanted.__contains__, run_seqs[first : last + 1]))
-    if mask.count(1) != count:
-        return None
-    return array("q", compress(run_txids[first : last + 1], mask))
+    mask = stretch_mask(run_seqs, first, last, seqs)
+    return None if mask is None else select(run_txids[first : last + 1], mask)

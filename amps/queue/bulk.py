@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 import sys
 from array import array
+from collections.abc import Callable, Sequence
 from itertools import compress
+from operator import and_, or_, xor
 
 _BIG = sys.byteorder == "big"
 _ONE = bytes(7) + b"\x01" if _BIG else b"\x01" + bytes(7)
@@ -47,11 +49,40 @@ def add_constant(values: array[int], constant: int) -> array[int]:
 def or_bytes(first: bytes, second: bytes) -> bytes:
     """`bytes(map(or_, first, second))` of two byte strings of one length, computed in C (one
     big integer each: an OR carries nothing from one byte into the next)."""
+    return _bitwise(or_, first, second)
+
+
+def and_bytes(first: bytes, second: bytes) -> bytes:
+    """`bytes(map(and_, first, second))`, as `or_bytes`."""
+    return _bitwise(and_, first, second)
+
+
+def xor_bytes(first: bytes, second: bytes) -> bytes:
+    """`bytes(map(xor, first, second))`, as `or_bytes`."""
+    return _bitwise(xor, first, second)
+
+
+def _bitwise(op: Callable[[int, int], int], first: bytes, second: bytes) -> bytes:
     assert len(first) == len(second)
     count = len(first)
-    return (int.from_bytes(first, "little") | int.from_bytes(second, "little")).to_bytes(
+    return op(int.from_bytes(first, "little"), int.from_bytes(second, "little")).to_bytes(
         count, "little"
     )
+
+
+def stretch_mask(column: array[int], first: int, last: int, values: Sequence[int]) -> bytes | None:
+    """For slots `first..last` of `column`, 1 where the slot holds one of `values` (distinct)
+    and 0 elsewhere, in one pass in C; None unless every one of `values` is there. Neighbours
+    (as many slots as values) take one comparison."""
+    count = len(values)
+    part = column[first : last + 1]
+    if len(part) == count:
+        return b"\x01" * count if part == array(column.typecode, sorted(values)) else None
+    wanted = set(values)
+    if len(wanted) != count:
+        return None
+    mask = bytes(map(wanted.__contains__, part))
+    return mask if mask.count(1) == count else None
 
 
 def select(values: array[int], mask: bytes) -> array[int]:

@@ -22,7 +22,7 @@ from operator import itemgetter, le, lt
 
 from amps.queue.actions import Action, ExpireReason, RemovalReason
 from amps.queue.bookmarks import BookmarkIndex
-from amps.queue.bulk import add_constant, or_bytes, select
+from amps.queue.bulk import add_constant, and_bytes, or_bytes, select, xor_bytes
 from amps.queue.columns import Column, as_array, column_bytes
 from amps.queue.events import MessageRemoved
 from amps.queue.state import QueueState
@@ -229,29 +229,15 @@ def _remove_plain_rows(
     if fresh_count:
         if table.priority is not None:
             return None
-        fresh_mask = _and_bytes(mask, kinds.translate(_FRESH_ONE))
+        fresh_mask = and_bytes(mask, kinds.translate(_FRESH_ONE))
         if any(compress(delivered[first:end], fresh_mask)):
             return None
     # REMOVED where picked; ELSEWHERE cleared where a picked row was owned elsewhere.
     row_state[first:end] = _where(mask, bytes((REMOVED,)) * len(mask), states)
-    elsewhere_bits = _and_bytes(mask.translate(_FULL_IF_ONE), kinds.translate(_ELSEWHERE_BIT))
-    flags[first:end] = _xor_bytes(row_flags, elsewhere_bits)
+    elsewhere_bits = and_bytes(mask.translate(_FULL_IF_ONE), kinds.translate(_ELSEWHERE_BIT))
+    flags[first:end] = xor_bytes(row_flags, elsewhere_bits)
     gone: set[int] = set(compress(rows[first:end], fresh_mask)) if fresh_count else set()
     return picked.count(_INACTIVE), picked.count(_ELSEWHERE), fresh_count, gone
-
-
-def _and_bytes(first: bytes, second: bytes) -> bytes:
-    count = len(first)
-    return (int.from_bytes(first, "little") & int.from_bytes(second, "little")).to_bytes(
-        count, "little"
-    )
-
-
-def _xor_bytes(first: bytes, second: bytes) -> bytes:
-    count = len(first)
-    return (int.from_bytes(first, "little") ^ int.from_bytes(second, "little")).to_bytes(
-        count, "little"
-    )
 
 
 def _where(mask: bytes, chosen: bytes, other: bytes) -> bytes:

@@ -14,6 +14,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import compress
 
+from amps.queue.bulk import stretch_mask
 from amps.queue.columns import (
     Column,
     ColumnFactory,
@@ -163,18 +164,11 @@ class MessageTable:
         last = self.slot_of(max(txids))
         if first < 0 or last < 0 or last - first >= _SPAN_SLACK * count + BULK_ROWS * 16:
             return None
+        mask = stretch_mask(rows, first, last, txids)
+        if mask is None:
+            return None
         states = self.state[first : last + 1]
-        if last - first + 1 == count:  # neighbours (acks in order, the usual): one comparison
-            if rows[first : last + 1] != array("q", sorted(txids)):
-                return None
-            mask = b"\x01" * count
-        else:
-            wanted = set(txids)
-            if len(wanted) != count:
-                return None
-            mask = bytes(map(wanted.__contains__, rows[first : last + 1]))
-            if mask.count(1) != count:
-                return None
+        if len(mask) != count:
             states = bytearray(compress(states, mask))
         if live and REMOVED in states:
             return None
