@@ -38,7 +38,7 @@ import orjson
 
 from amps.client import Client, Message, Subscription
 from tests.cluster.checker import check
-from tests.harness.cluster import destinations, free_ports, not_sync
+from tests.harness.cluster import destinations, free_ports, until_all_sync
 from tests.harness.instance import ROOT, InstanceProcess
 from tests.harness.streams import more_within
 
@@ -146,18 +146,6 @@ def sync_state(instances: dict[str, InstanceProcess]) -> tuple[list[str], int]:
     return found, changes
 
 
-async def until_all_sync(instances: dict[str, InstanceProcess]) -> None:
-    """Until every destination is connected and sync; the TimeoutError says which is not."""
-    deadline = time.monotonic() + REJOIN_TIMEOUT_S
-    while missing := await asyncio.to_thread(not_sync, instances):
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"failover bench: not all sync again in {REJOIN_TIMEOUT_S:.0f} s: "
-                + ", ".join(missing)
-            )
-        await asyncio.sleep(0.05)
-
-
 class Publisher:
     """Publishes numbered messages at RATE_PER_S, each tick noting when it is logged on and
     how far its acks go: the kill's two figures are read from these notes."""
@@ -262,7 +250,7 @@ async def _steady(
             f"({', '.join(missing) or 'all sync again'}); publishing on",
             flush=True,
         )
-        await until_all_sync(instances)
+        await until_all_sync(instances, REJOIN_TIMEOUT_S)
         _, before = await asyncio.to_thread(sync_state, instances)
     raise RuntimeError(
         f"failover bench: a live destination was downgraded in each of {MAX_STEADY_PERIODS} "
@@ -286,7 +274,7 @@ async def _kills(instances: dict[str, InstanceProcess], kills: int) -> tuple[lis
                 live_downgrades += await _steady(instances, client, jitter)
                 kill = await _kill_once(instances, client, publisher)
                 await asyncio.to_thread(instances[kill.victim].restart, kill=True)
-                await until_all_sync(instances)
+                await until_all_sync(instances, REJOIN_TIMEOUT_S)
                 # Read once it is surely there: the survivor logs it before it releases the
                 # acks, but its output reaches this process through a pipe and a thread.
                 if kill.survivor in instances:
