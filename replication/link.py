@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import secrets
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -217,6 +218,7 @@ class Replicator:
             config.name, secure=secure, allowed=PeerAllowList.from_config(config)
         )
         self._positions_path = directory / POSITIONS_FILE
+        self._positions_lock = threading.Lock()
         self.book = PositionBook(_load_positions(self._positions_path))
         self._log = _CachedLog(instance)
         self.reachability = Reachability(config.name)
@@ -929,21 +931,27 @@ class Replicator:
         while True:
             await asyncio.sleep(SAVE_INTERVAL_S)
             entries = self.book.entries()
-            if entries != saved:  # an idle link writes nothing (no disk work on the loop)
-                self.save_positions()
+            if entries != saved:  # an idle link writes nothing
+                # In a worker thread: the rename waits for the file system's journal, which
+                # the commits' fsyncs keep busy, and held the loop (so every link's reads and
+                # the clients' frames) 2-14 ms at a time, 121 ms once, at 5,000 msg/s.
+                await asyncio.to_thread(self._write_positions, entries)
                 saved = entries
 
     def save_positions(self) -> None:
         """Write the position book (it may lag what is durable: a lag only causes resends)."""
-        entries = [
-            [peer, p.origin, p.origin_txid, p.upstream_txid] for peer, p in self.book.entries()
-        ]
+        self._write_positions(self.book.entries())
+
+    def _write_positions(self, entries: list[tuple[str, OriginPosition]]) -> None:
+        rows = [[peer, p.origin, p.origin_txid, p.upstream_txid] for peer, p in entries]
         temporary = self._positions_path.with_suffix(".tmp")
-        try:
-            temporary.write_text(json.dumps(entries))
-            os.replace(temporary, self._positions_path)
-        except OSError as exc:
-            log.warning("cannot save replication positions: %s", exc)
+        # The last save at stop may come while a cancelled save loop's thread still writes.
+        with self._positions_lock:
+            try:
+                temporary.write_text(json.dumps(rows))
+                os.replace(temporary, self._positions_path)
+            except OSError as exc:
+                log.warning("cannot save replication positions: %s", exc)
 
 
 def _discard(read: asyncio.Future[object]) -> None:

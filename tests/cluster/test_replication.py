@@ -160,6 +160,23 @@ async def test_a_killed_instance_catches_up_after_restart(
         assert_clean(check(((p, n) for p, n, _ in got), expected), name)
 
 
+async def test_the_resume_positions_are_saved_while_traffic_flows(mesh: Cluster) -> None:
+    """R10: the positions a side names in its Hello reach its journal directory about once a
+    second while the links run (written beside the loop, not on it), not only at a stop: a
+    SIGKILLed instance resumes from them instead of from nothing."""
+    await publish(mesh["a"], "pub-a", COUNT)
+    path = mesh["b"].workdir / "journal" / "replication-positions.json"
+    deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+    held = 0
+    while held < COUNT:
+        assert asyncio.get_running_loop().time() < deadline, f"b's positions: {held}"
+        await asyncio.sleep(0.1)
+        if path.exists():
+            rows = orjson.loads(path.read_bytes())
+            held = max((r[2] for r in rows if r[0] == "a" and r[1] == "a"), default=0)
+    assert not path.with_suffix(".tmp").exists()
+
+
 async def test_a_publisher_fails_over_when_its_instance_is_killed_mid_stream(
     mesh: Cluster,
 ) -> None:
