@@ -73,7 +73,7 @@ sim: $(VENV)/.installed-dev
 lint: $(VENV)/.installed-dev proto-check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy amps replication
+	$(VENV)/bin/mypy amps replication tests bench
 
 proto: $(VENV)/.installed-dev
 	$(PY) -m amps.tools.genproto proto .

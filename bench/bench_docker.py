@@ -29,9 +29,8 @@ from tests.harness.docker import (
     Compose,
     build_image,
     engine_env,
-    health,
     run,
-    wait_for,
+    wait_healthy,
     why_no_engine,
 )
 from tests.harness.instance import process_env
@@ -147,7 +146,7 @@ def main() -> None:
         compose("up", "--detach", "--no-build")
         for name in INSTANCES:
             container = compose.container(name)
-            wait_for(lambda c=container: health(c) == "healthy", name, 180, every_s=0.2)
+            wait_healthy(container, name, 180, every_s=0.2)
         print(f"up -d to three healthy instances: {time.perf_counter() - started:.1f} s")
         try:
             containers = [f"127.0.0.1:{port}" for port in ports[:3]]

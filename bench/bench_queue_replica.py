@@ -82,7 +82,7 @@ def publish(
     """One step's durable publishes as the server passes them: as columns where the replica
     takes them (`published_plain`), else as events (older code)."""
     if hasattr(node, "published_plain"):
-        return node.published_plain(*rows, origins, now_ms)  # type: ignore[no-any-return]
+        return node.published_plain(*rows, origins, now_ms)
     return node.published(batch, origins, now_ms)
 
 

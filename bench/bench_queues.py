@@ -331,8 +331,10 @@ class Workers:
         child.start()
         self.children.append(child)
 
-    def collect(self, count: int, timeout_s: float = PHASE_TIMEOUT_S) -> dict[str, dict[str, Any]]:
-        got: dict[str, dict[str, Any]] = {}
+    def collect(self, count: int, timeout_s: float = PHASE_TIMEOUT_S) -> dict[str, Any]:
+        """`count` workers' results by name: what each worker's function returned (a dict of
+        figures, or a receiver's latencies), unpickled from the results queue."""
+        got: dict[str, Any] = {}
         deadline = time.monotonic() + timeout_s
         while len(got) < count:
             try:

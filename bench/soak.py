@@ -88,6 +88,8 @@ async def _consume(address: str, stop: Any) -> int:
                 message = await asyncio.wait_for(subscription.get(), 0.5)
             except TimeoutError:
                 continue
+            if message is None:
+                raise RuntimeError("the queue subscription ended before the soak did")
             await message.ack()
             got += 1
         await client.flush_acks()
@@ -96,7 +98,7 @@ async def _consume(address: str, stop: Any) -> int:
 
 def _worker(kind: str, args: tuple[Any, ...], results: Any) -> None:
     runner = _publish if kind == "publisher" else _consume
-    results.put((kind, asyncio.run(runner(*args))))  # type: ignore[operator]
+    results.put((kind, asyncio.run(runner(*args))))
 
 
 def journal_bytes(directory: Path) -> int:

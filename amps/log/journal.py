@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from time import perf_counter_ns
+from typing import TypeVar
 
 from amps.errors import JournalError
 from amps.log import codec
@@ -54,6 +55,8 @@ from amps.log.storage import (
 __all__ = ["Journal", "JournalStatistics"]
 
 log = logging.getLogger("amps.journal")
+# One of the record kinds: `append` gives back the kind it was given, stamped.
+AnyRecord = TypeVar("AnyRecord", bound=Record)
 
 FsyncObserver = Callable[[float], None]
 # A reopen scans at most this much of the newest segment (~0.1 s at the 70-100 MB/s the scan
@@ -500,8 +503,8 @@ class Journal:
             for k, frame in enumerate(frames):
                 self._keep_frame(frame, first_txid + k, sizes[k])
 
-    def append(self, record: Record) -> Record:
-        """Assign a txid to any record built with txid=0 and buffer it."""
+    def append(self, record: AnyRecord) -> AnyRecord:
+        """Assign a txid to any record built with txid=0 and buffer it; the same kind back."""
         self._check_writable()
         assert record.txid == 0, "the journal assigns txids"
         txid = self._next_txid

@@ -4,6 +4,7 @@ takes only a queue's underlying topic, and a LocalQueue kept per instance (issue
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 
 from amps.client import Client
@@ -28,6 +29,11 @@ def refusals(running: Cluster, name: str) -> dict[str, dict[str, str]]:
     return {link["peer"]: link["refused"] for link in links if link["refused"]}
 
 
+def refused(running: Cluster, name: str, peer: str) -> bool:
+    """Whether `name`'s admin view shows its link with `peer` refused."""
+    return peer in refusals(running, name)
+
+
 async def test_a_queue_defined_differently_is_refused_on_both_sides_and_nothing_flows(
     tmp_path: Path,
     clusters: list[Cluster],
@@ -47,14 +53,14 @@ async def test_a_queue_defined_differently_is_refused_on_both_sides_and_nothing_
         assert "'orders' on" in line
         assert "'jobs' on" in line
     for name, peer in (("a", "b"), ("b", "a")):
-        await wait_until(lambda n=name: bool(refusals(pair, n)))
+        await wait_until(partial(refused, pair, name, peer))
         shown = refusals(pair, name)[peer]
         assert shown["code"] == "queue_topology"
         assert difference in shown["message"]
     server = f"127.0.0.1:{pair['a'].admin_port}"
-    shown = await asyncio.to_thread(amps_cli, "admin", "replication", "--server", server)
-    assert shown.returncode == 0, shown.stderr
-    (line,) = [x for x in shown.stdout.splitlines() if x.startswith("link with b refused")]
+    listed = await asyncio.to_thread(amps_cli, "admin", "replication", "--server", server)
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [x for x in listed.stdout.splitlines() if x.startswith("link with b refused")]
     assert "(queue_topology)" in line
     assert difference in line
     await publish(pair["a"], "pub-a", 5)
@@ -77,7 +83,7 @@ async def test_of_three_instances_only_the_links_to_the_one_without_the_queue_ar
     clusters.append(mesh)
     mesh.start(full_mesh(["a", "b", "c"], sync=False), {"a": QUEUE, "b": QUEUE})
     for name, peer in (("a", "c"), ("b", "c"), ("c", "a"), ("c", "b")):
-        await wait_until(lambda n=name, p=peer: p in refusals(mesh, n))
+        await wait_until(partial(refused, mesh, name, peer))
         shown = refusals(mesh, name)[peer]
         assert shown["code"] == "queue_topology"
         owner = name if name != "c" else peer

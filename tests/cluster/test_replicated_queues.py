@@ -53,14 +53,16 @@ def queue_stats(process: InstanceProcess) -> dict[str, object]:
 
 
 def depth(process: InstanceProcess) -> int:
-    return int(queue_stats(process)["queue_depth"])  # type: ignore[call-overload]
+    value = queue_stats(process)["queue_depth"]
+    assert isinstance(value, int), value
+    return value
 
 
 def grants(process: InstanceProcess) -> list[tuple[str, str]]:
     """(writer, new owner) of every grant or claim of `work` in the instance's journal."""
     journal = Journal.open(process.workdir / "journal", read_only=True)
     try:
-        found = []
+        found: list[tuple[str, str]] = []
         position = journal.first_txid
         while records := journal.read(position, 10_000):
             found.extend(

@@ -17,7 +17,7 @@ from amps.client import Client
 from tests.cluster.checker import assert_clean, check
 from tests.docker.conftest import ADMIN_USER, admin_password, compose_project
 from tests.harness.cluster import free_ports
-from tests.harness.docker import Compose, health, run, wait_for
+from tests.harness.docker import Compose, run, wait_for, wait_healthy
 from tests.harness.streams import more_within, take
 
 INSTANCES = ("amps-1", "amps-2", "amps-3")
@@ -69,9 +69,7 @@ class Cluster:
     def wait_healthy(self, *instances: str) -> None:
         for instance in instances:
             container = self.compose.container(instance)
-            wait_for(
-                lambda c=container: health(c) == "healthy", f"{instance} healthy", HEALTHY_WITHIN_S
-            )
+            wait_healthy(container, f"{instance} healthy", HEALTHY_WITHIN_S)
 
 
 def start_cluster(amps_image: str, secrets: Path, *services: str) -> Cluster:

@@ -8,7 +8,7 @@ import asyncio
 
 from amps.client import Client
 from tests.harness.cluster import free_ports
-from tests.harness.docker import health, run, wait_for
+from tests.harness.docker import run, wait_healthy
 from tests.harness.streams import take
 
 PASSWORD = "image-test-password-1"
@@ -25,7 +25,7 @@ def test_image_runs_non_root_healthy_and_stops_cleanly_on_sigterm(amps_image: st
          amps_image],
     ).stdout.strip()  # fmt: skip
     try:
-        wait_for(lambda: health(container_id) == "healthy", "container healthy", HEALTHY_WITHIN_S)
+        wait_healthy(container_id, "container healthy", HEALTHY_WITHIN_S)
         user = run(["docker", "exec", container_id, "id", "-u"]).stdout.strip()
         assert user == "10001", "the server runs as the image's amps user, not root"
 

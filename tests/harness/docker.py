@@ -152,6 +152,11 @@ def health(container: str) -> str:
     return done.stdout.strip() or "missing"
 
 
+def wait_healthy(container: str, what: str, timeout_s: float, every_s: float = 0.5) -> None:
+    """Poll the container's health until `healthy`; AssertionError naming `what` after timeout_s."""
+    wait_for(lambda: health(container) == "healthy", what, timeout_s, every_s)
+
+
 class Compose:
     """docker-compose (v1, as packaged by Debian; the file works with v2 too) over one project."""
 

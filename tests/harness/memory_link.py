@@ -128,7 +128,8 @@ async def linked_pair(root: Path, *, sync: bool) -> AsyncIterator[LinkedPair]:
     a_end.peer, b_end.peer = b_end, a_end
     link = asyncio.ensure_future(sender._run(sender.cores["b"], a_end, dialled=True))
     accepted = asyncio.ensure_future(receiver.accept(b_end))
-    pair = LinkedPair(*instances, a_end, b_end, sender.cores["b"], changed)
+    a, b = instances
+    pair = LinkedPair(a, b, a_end, b_end, sender.cores["b"], changed)
     try:
         await pair.until(lambda: pair.core.state is LinkState.READY, "the link up")
         yield pair

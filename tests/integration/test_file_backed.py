@@ -9,7 +9,8 @@ import pytest
 
 from amps.client import Client
 from tests.harness.instance import InstanceProcess, config_xml
-from tests.integration.test_queues import TIMEOUT_S, publish_ids, take
+from tests.harness.streams import take
+from tests.integration.test_queues import TIMEOUT_S, publish_ids
 
 FILE_BACKED_QUEUE = """
 <SOW>
@@ -43,7 +44,7 @@ async def test_file_backed_queue_survives_a_restart(tmp_path: Path, kill: bool) 
         async with Client("fb-after") as after:
             await after.connect(instance.address)
             subscription = await after.subscribe("work", max_backlog=100)
-            ids = []
+            ids: list[int] = []
             while len(ids) < 240:  # the backlog is 100: ack as we go
                 batch = await take(subscription, min(100, 240 - len(ids)))
                 ids.extend(m.json()["id"] for m in batch)

@@ -18,9 +18,9 @@ import orjson
 from amps.client import Client
 from amps.log.segment_files import first_txid_of
 from amps.v1 import client_pb2 as pb
-from tests.harness.instance import InstanceProcess, config_xml
+from tests.harness.instance import InstanceProcess, amps_cli, config_xml
 from tests.harness.streams import take
-from tests.integration.test_admin import amps_cli, get, samples
+from tests.integration.test_admin import get, samples
 
 TIMEOUT_S = 30
 WORK_QUEUE = """

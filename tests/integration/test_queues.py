@@ -142,7 +142,7 @@ async def test_leases_of_a_killed_consumer_return_at_once(queue_instance: Instan
 def acked_removals(directory: Path, queue: str) -> list[tuple[int, ...]]:
     """The txids of each ACK QueueRecord of `queue` in a journal (read-only, live-safe)."""
     log = Journal.open(directory, read_only=True)
-    found = []
+    found: list[tuple[int, ...]] = []
     try:
         txid = log.first_txid
         while batch := log.read(txid, 1000):

@@ -50,8 +50,8 @@ def test_ci_seeds_keep_every_invariant() -> None:
     assert seen["local records"] == seen["local transfers"] == 0  # never a LocalQueue's,
     for name in ("i0", "i1", "i2"):  # whose copies every instance delivers for itself,
         assert seen[f"local ACK on {name}"] > CI_SEEDS // 2
-        for queue in ("work", "group", "local"):  # and barriers are released everywhere,
-            assert seen[f"{queue} BARRIER_RELEASED on {name}"] > CI_SEEDS // 20
+        for kind in ("work", "group", "local"):  # and barriers are released everywhere,
+            assert seen[f"{kind} BARRIER_RELEASED on {name}"] > CI_SEEDS // 20
     assert seen["seeds with sync destinations"] > CI_SEEDS // 4  # hold persisted acks (L2),
     assert seen["crashes"] > CI_SEEDS // 2  # crash instances,
     assert seen["snapshot restores"] > CI_SEEDS // 2  # restart them from snapshots,

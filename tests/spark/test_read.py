@@ -31,7 +31,7 @@ def published(instance: InstanceProcess) -> dict[str, list[tuple[str, dict[str, 
             rows = sent.setdefault(name, [])
             for i in range(COUNT):
                 topic = "prices" if i % 3 else "trades"
-                body = {"who": name, "n": i, "text": "é" * (i % 5)}
+                body: dict[str, object] = {"who": name, "n": i, "text": "é" * (i % 5)}
                 client.publish(topic, json.dumps(body))
                 rows.append((topic, body))
             client.flush(30)

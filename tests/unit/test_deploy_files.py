@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from amps.config import Config, ConfigErrors, load_config
-from amps.config.model import DestinationConfig, TransportConfig
+from amps.config.model import DestinationConfig, TransportConfig, TransportType
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 INSTANCES = ("amps-1", "amps-2", "amps-3")
@@ -92,7 +92,7 @@ def security_removed(config: Config) -> Config:
     """`config` with its users and TLS taken out and replication made plaintext."""
 
     def plain(transport: TransportConfig) -> TransportConfig:
-        kind = "amps-replication" if transport.type != "grpc" else "grpc"
+        kind: TransportType = "amps-replication" if transport.type != "grpc" else "grpc"
         return dataclasses.replace(transport, type=kind, tls=None)
 
     def plain_destination(destination: DestinationConfig) -> DestinationConfig:

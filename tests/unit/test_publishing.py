@@ -254,7 +254,7 @@ class PublishingMachine(RuleBasedStateMachine):
             assert connection not in due, "an ack that goes backwards or repeats"
 
     @invariant()
-    def invariants(self) -> None:
+    def core_invariants(self) -> None:
         self.core.check_invariants()
 
 

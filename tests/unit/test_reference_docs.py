@@ -11,7 +11,7 @@ from amps import errors
 from amps.tools import errorsdoc
 from tests.harness.instance import process_env
 
-ALL = [errors.AmpsError, *errors._all_subclasses(errors.AmpsError)]
+ALL: list[type[errors.AmpsError]] = [errors.AmpsError, *errors._all_subclasses(errors.AmpsError)]
 
 
 def test_codes_are_unique() -> None:

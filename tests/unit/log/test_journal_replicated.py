@@ -9,7 +9,7 @@ from pathlib import Path
 from amps.log.bookmarks import Bookmark
 from amps.log.codec import encode
 from amps.log.journal import Journal
-from amps.log.records import PublishRecord, QueueAction, QueueRecord
+from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record
 from amps.publishing import PublishingCore
 from amps.v1 import replication_pb2 as pb
 from replication.convert import from_pb, to_pb
@@ -115,13 +115,14 @@ async def test_kept_frames_are_the_appended_bytes_and_bounded(tmp_path: Path) ->
     assert sum(len(frame) for frame in kept.values()) <= 4 * 1024
     assert max(kept) == queue.txid
     assert min(kept) > 1  # the oldest went first
-    for record in [*local, *replicated, queue]:
+    appended: list[Record] = [*local, *replicated, queue]
+    for record in appended:
         if record.txid in kept:
             assert kept[record.txid] == encode(record)
     # A batch sent with the kept frames is byte for byte the batch encoded from its records;
     # a queue record the link rewrote (bookmarks for txids) is encoded, not sent as kept.
     rewritten = replace(queue, bookmarks=(Bookmark(9, 20),), txids=())
-    records = (*(r for r in [*local, *replicated] if r.txid in kept), rewritten)
+    records: tuple[Record, ...] = (*(r for r in [*local, *replicated] if r.txid in kept), rewritten)
     batch = Batch(1, records[-1].txid, records)
     assert to_pb(batch, kept).SerializeToString() == to_pb(batch).SerializeToString()
     assert from_pb(pb.LinkFrame.FromString(to_pb(batch, kept).SerializeToString())) == batch

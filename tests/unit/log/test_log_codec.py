@@ -36,7 +36,7 @@ def queue_records(draw: st.DrawFn) -> QueueRecord:
     txids = tuple(draw(st.lists(u64, max_size=5)))
     delivered_us: tuple[int, ...] = ()
     deliveries: tuple[int, ...] = ()
-    if txids and draw(st.booleans()):
+    if bool(txids) and draw(st.booleans()):  # (a bare `txids and` types the draw as txids)
         delivered_us = tuple(draw(st.lists(u64, min_size=len(txids), max_size=len(txids))))
         deliveries = tuple(
             draw(st.lists(st.integers(0, 65_535), min_size=len(txids), max_size=len(txids)))

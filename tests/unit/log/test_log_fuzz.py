@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from amps.errors import CorruptRecord
 from amps.log import codec
+from amps.log.bookmarks import Bookmark
 from amps.log.journal import Journal
 from amps.log.raw import RawReader
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record, TransferRecord
@@ -37,7 +38,7 @@ def _record(txid: int, kind: int, size: int) -> Record:
         return PublishRecord(txid, txid, "t", b"d" * size, 7, txid, "i", "g", txid, "c", 1)
     if kind == 1:
         return QueueRecord(txid, txid, "q", QueueAction.ACK, txids=(txid - 1,), reason="r")
-    return TransferRecord(txid, txid, "q", codec.Bookmark(7, txid), "a", "b")
+    return TransferRecord(txid, txid, "q", Bookmark(7, txid), "a", "b")
 
 
 @st.composite

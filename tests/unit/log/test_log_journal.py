@@ -22,7 +22,8 @@ from amps.log.bookmarks import (
 from amps.log.codec import SEGMENT_FORMAT_VERSION, encode
 from amps.log.journal import Journal
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, TransferRecord
-from amps.log.storage import decode_summary, format_version, iter_keys
+from amps.log.segments import decode_summary
+from amps.log.storage import format_version, iter_keys
 
 SEGMENT_SIZE_BYTES = 16 * 1024
 
@@ -643,6 +644,8 @@ async def test_a_new_segment_is_checkpointed_like_the_first(
     assert len(segments) >= 2
     (checkpoint,) = _checkpoints(tmp_path)  # taken while running, not by close
     assert checkpoint.name == segments[-1].name.replace(".journal", ".tail")
-    covered = decode_summary(checkpoint.read_bytes()).size_bytes
+    summary = decode_summary(checkpoint.read_bytes())
+    assert summary is not None
+    covered = summary.size_bytes
     assert segments[-1].stat().st_size - covered < 4096 + 10 * 300
     await journal.close()

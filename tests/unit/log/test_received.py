@@ -252,7 +252,8 @@ def test_names_are_read_again_whenever_they_change_from_one_publish_to_the_next(
     ]
     data = _frames(records)
     assert list(scan(data)) == records
-    assert [(r.topic, r.origin_instance) for r in scan(data)] == names
+    scanned = [(r.topic, r.origin_instance) for r in scan(data) if isinstance(r, PublishRecord)]
+    assert scanned == names
 
 
 def test_a_frame_whose_crc_does_not_check_is_refused_by_its_offset() -> None:

@@ -13,6 +13,7 @@ import heapq
 import random
 from array import array
 from bisect import bisect_left
+from dataclasses import dataclass
 from itertools import compress
 
 import pytest
@@ -40,6 +41,43 @@ from amps.queue.table import LIVE_MASK, MessageTable
 from tests.unit.queue.helpers import bookmarks, published, subscribed
 
 FILTERS = [None, lambda t: t % 2 == 0, lambda t: t % 3 != 0]
+
+
+@dataclass(frozen=True)
+class PublishOp:
+    count: int
+
+
+@dataclass(frozen=True)
+class SubscribeOp:
+    index: int
+    filter_index: int
+
+
+@dataclass(frozen=True)
+class AckOp:
+    index: int
+    option: AckOption
+    count: int
+
+
+@dataclass(frozen=True)
+class TickOp:
+    ms: int
+
+
+@dataclass(frozen=True)
+class RemoveOp:
+    share: int  # of 4: the chance that each txid so far is in the removal
+
+
+@dataclass(frozen=True)
+class LeaveOp:
+    index: int
+    unsubscribe: bool  # else the client disconnects
+
+
+Op = PublishOp | SubscribeOp | AckOp | TickOp | RemoveOp | LeaveOp
 
 
 def _reference_table_compact(rows: MessageTable) -> None:
@@ -115,7 +153,7 @@ def _structures(engine: QueueEngine) -> object:
 
 
 @st.composite
-def steps(draw: st.DrawFn) -> tuple[QueuePolicy, list[tuple[str, object]]]:
+def steps(draw: st.DrawFn) -> tuple[QueuePolicy, list[Op]]:
     extra = draw(st.sampled_from(["none", "priority", "barrier", "depth"]))
     semantics = draw(st.sampled_from(["at-least-once", "at-most-once"]))
     policy = QueuePolicy(
@@ -129,16 +167,14 @@ def steps(draw: st.DrawFn) -> tuple[QueuePolicy, list[tuple[str, object]]]:
         has_barrier=extra == "barrier",
         target_queue_depth=draw(st.sampled_from([5, 60])) if extra == "depth" else None,
     )
-    ops = st.one_of(
-        st.tuples(st.just("publish"), st.integers(1, 80)),
-        st.tuples(st.just("subscribe"), st.integers(0, 5), st.integers(0, len(FILTERS) - 1)),
-        st.tuples(
-            st.just("ack"), st.integers(0, 5), st.sampled_from(list(AckOption)), st.integers(1, 40)
-        ),
-        st.tuples(st.just("ack"), st.integers(0, 5), st.just(AckOption.NONE), st.integers(1, 300)),
-        st.tuples(st.just("tick"), st.sampled_from([10, 120, 600])),
-        st.tuples(st.just("remove"), st.integers(0, 3)),
-        st.tuples(st.just("leave"), st.integers(0, 5), st.booleans()),
+    ops: st.SearchStrategy[Op] = st.one_of(
+        st.builds(PublishOp, st.integers(1, 80)),
+        st.builds(SubscribeOp, st.integers(0, 5), st.integers(0, len(FILTERS) - 1)),
+        st.builds(AckOp, st.integers(0, 5), st.sampled_from(list(AckOption)), st.integers(1, 40)),
+        st.builds(AckOp, st.integers(0, 5), st.just(AckOption.NONE), st.integers(1, 300)),
+        st.builds(TickOp, st.sampled_from([10, 120, 600])),
+        st.builds(RemoveOp, st.integers(0, 3)),
+        st.builds(LeaveOp, st.integers(0, 5), st.booleans()),
     )
     return policy, draw(st.lists(ops, min_size=5, max_size=40))
 
@@ -146,12 +182,12 @@ def steps(draw: st.DrawFn) -> tuple[QueuePolicy, list[tuple[str, object]]]:
 @settings(max_examples=200, deadline=None)
 @given(steps(), st.randoms(use_true_random=False))
 def test_bulk_compaction_equals_per_entry_compaction(
-    scenario: tuple[QueuePolicy, list[tuple[str, object]]], rnd: random.Random
+    scenario: tuple[QueuePolicy, list[Op]], rnd: random.Random
 ) -> None:
     _check(*scenario, rnd)
 
 
-def _check(policy: QueuePolicy, ops: list[tuple[str, object]], rnd: random.Random) -> None:
+def _check(policy: QueuePolicy, ops: list[Op], rnd: random.Random) -> None:
     bulk, ref = QueueEngine(policy), QueueEngine(policy)
     original = compaction.maybe_compact
 
@@ -168,7 +204,7 @@ def _check(policy: QueuePolicy, ops: list[tuple[str, object]], rnd: random.Rando
 
 def _run(
     policy: QueuePolicy,
-    ops: list[tuple[str, object]],
+    ops: list[Op],
     rnd: random.Random,
     bulk: QueueEngine,
     ref: QueueEngine,
@@ -176,43 +212,38 @@ def _run(
     now_ms = 0
     next_txid = 1
     for op in ops:
-        kind = op[0]
         events: list[Event] = []
         removal: list[int] | None = None
-        if kind == "publish":
-            for _ in range(int(op[1])):  # type: ignore[call-overload]
-                next_txid += rnd.choice([1, 1, 1, 2, 5])  # gaps: the bisect paths
-                priority = rnd.randint(0, 2) if policy.has_priority else 0
-                barrier = policy.has_barrier and rnd.randint(0, 9) == 0
-                own = rnd.choice([None, None, 50, 1000])
-                events.append(
-                    published(
-                        next_txid, now_ms, priority=priority, barrier=barrier, expiration_ms=own
+        match op:
+            case PublishOp(count):
+                for _ in range(count):
+                    next_txid += rnd.choice([1, 1, 1, 2, 5])  # gaps: the bisect paths
+                    priority = rnd.randint(0, 2) if policy.has_priority else 0
+                    barrier = policy.has_barrier and rnd.randint(0, 9) == 0
+                    own = rnd.choice([None, None, 50, 1000])
+                    events.append(
+                        published(
+                            next_txid, now_ms, priority=priority, barrier=barrier, expiration_ms=own
+                        )
                     )
-                )
-        elif kind == "subscribe":
-            index = int(op[1])  # type: ignore[call-overload]
-            matches = FILTERS[int(op[2])]  # type: ignore[call-overload]
-            events.append(subscribed(f"s{index % 2}", f"c{index % 3}", None, matches))
-        elif kind == "ack":
-            client = f"c{int(op[1]) % 3}"  # type: ignore[call-overload]
-            count = int(op[3])  # type: ignore[call-overload]
-            picked = rnd.sample(range(1, next_txid + 2), min(next_txid + 1, count))
-            events.append(Acked(client, bookmarks(*picked), op[2]))  # type: ignore[arg-type]
-        elif kind == "tick":
-            now_ms += int(op[1])  # type: ignore[call-overload]
-        elif kind == "remove":
-            if policy.at_most_once:
-                continue  # replaying a removal of a sent message under a live subscription
-                # breaks the backlog count with either path (see test_recovered_removals)
-            share = int(op[1])  # type: ignore[call-overload]
-            removal = [t for t in range(1, next_txid + 2) if rnd.randint(0, 3) < share]
-        else:
-            index = int(op[1])  # type: ignore[call-overload]
-            if op[2]:
-                events.append(Unsubscribed(f"s{index % 2}", f"c{index % 3}"))
-            else:
-                events.append(ClientDisconnected(f"c{index % 3}"))
+            case SubscribeOp(index, filter_index):
+                matches = FILTERS[filter_index]
+                events.append(subscribed(f"s{index % 2}", f"c{index % 3}", None, matches))
+            case AckOp(index, option, count):
+                picked = rnd.sample(range(1, next_txid + 2), min(next_txid + 1, count))
+                events.append(Acked(f"c{index % 3}", bookmarks(*picked), option))
+            case TickOp(ms):
+                now_ms += ms
+            case RemoveOp(share):
+                if policy.at_most_once:
+                    continue  # replaying a removal of a sent message under a live subscription
+                    # breaks the backlog count with either path (see test_recovered_removals)
+                removal = [t for t in range(1, next_txid + 2) if rnd.randint(0, 3) < share]
+            case LeaveOp(index, unsubscribe):
+                if unsubscribe:
+                    events.append(Unsubscribed(f"s{index % 2}", f"c{index % 3}"))
+                else:
+                    events.append(ClientDisconnected(f"c{index % 3}"))
         results = []
         for engine in (bulk, ref):
             if removal is not None:
@@ -241,14 +272,14 @@ def test_bulk_compaction_out_of_order_acks(semantics: str, extra: str) -> None:
         max_per_subscription_backlog=500,
         has_priority=extra == "priority",
     )
-    ops: list[tuple[str, object]] = [("publish", 80), ("subscribe", 0, 1), ("subscribe", 1, 0)]
+    ops: list[Op] = [PublishOp(80), SubscribeOp(0, 1), SubscribeOp(1, 0)]
     for round_ in range(12):
-        ops += [("publish", 60), ("ack", round_ % 3, AckOption.NONE, 200)]
-        ops += [("ack", 1, AckOption.NONE, 300 + 5000 * (round_ % 2)), ("tick", 10)]
-        ops += [("ack", 0, AckOption.CANCEL, 20)]
+        ops += [PublishOp(60), AckOp(round_ % 3, AckOption.NONE, 200)]
+        ops += [AckOp(1, AckOption.NONE, 300 + 5000 * (round_ % 2)), TickOp(10)]
+        ops += [AckOp(0, AckOption.CANCEL, 20)]
         if semantics == "at-least-once" and round_ % 4 == 3:
-            ops.append(("remove", 2))
-    ops += [("leave", 0, True), ("tick", 600), ("publish", 40), ("leave", 1, False)]
+            ops.append(RemoveOp(2))
+    ops += [LeaveOp(0, True), TickOp(600), PublishOp(40), LeaveOp(1, False)]
     _check(policy, ops, random.Random(7))
 
 

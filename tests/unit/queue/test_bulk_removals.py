@@ -5,6 +5,7 @@ must give exactly what the look-up and removal of each one gives, whatever the s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -29,7 +30,7 @@ PUBLISHERS = (3, 4, 5)
 
 
 @st.composite
-def stretches(draw: st.DrawFn, items: list[int]) -> list[int]:
+def stretches(draw: st.DrawFn, items: Sequence[object]) -> list[int]:
     """Indexes into `items`: a few runs of neighbours (every one, or every k-th), sometimes
     disturbed: one left out, one repeated, two swapped, one past the end."""
     picked: list[int] = []

@@ -23,7 +23,7 @@ from replication.ownership import (
     OwnershipState,
     TransferKind,
 )
-from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
+from replication.queue_replica import QueueKind, QueueReplica, ReplicaAction, ReplicaOptions
 from tests.unit.replication.replica_cluster import LATENCY, ReplicaCluster
 
 
@@ -369,7 +369,8 @@ def test_publishing_columns_equals_one_event_each(data: st.DataObject) -> None:
     takes them all) decides as `published` with one event per message does, on the owner and
     on a peer holding the copy, with grants that came first, acks before the message, re-offers
     and mixed origins; and a peer's removals by txid in one pass as by bookmark one each."""
-    kind = data.draw(st.sampled_from(["Queue", "GroupLocalQueue"]))
+    kinds: list[QueueKind] = ["Queue", "GroupLocalQueue"]
+    kind = data.draw(st.sampled_from(kinds))
     options = ReplicaOptions(
         kind=kind,
         initial_owner=data.draw(st.sampled_from(["a", "b"])) if kind == "GroupLocalQueue" else None,
@@ -392,9 +393,9 @@ def test_publishing_columns_equals_one_event_each(data: st.DataObject) -> None:
                     seq += 1
                 rows.append((txid, 7, seq - data.draw(st.sampled_from([0, 0, 0, 1])), now_ms))
             origins = [data.draw(st.sampled_from(["a", "a", "b"])) for _ in rows]
-            columns = [list(column) for column in zip(*rows, strict=True)]
+            txids, publisher_ids, seqs, stamps = (list(c) for c in zip(*rows, strict=True))
             got = [
-                bulk.published_plain(*columns, origins, now_ms),
+                bulk.published_plain(txids, publisher_ids, seqs, stamps, origins, now_ms),
                 each.published([MessagePublished(*row) for row in rows], origins, now_ms),
             ]
         elif step == "sub":

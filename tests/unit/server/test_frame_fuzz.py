@@ -40,7 +40,11 @@ CONFIG = """<AMPSConfig><Name>fuzz</Name>
 </AMPSConfig>"""
 
 # Every error code the server may put in a failure ack: the declared AmpsError classes.
-DECLARED_CODES = {cls.code for cls in vars(errors).values() if isinstance(cls, type)} - {""}
+DECLARED_CODES = {
+    cls.code
+    for cls in vars(errors).values()
+    if isinstance(cls, type) and issubclass(cls, errors.AmpsError)
+} - {""}
 FRAME_MEMORY_BYTES = 4 * 1024 * 1024
 FUZZ = settings(
     max_examples=150,
