@@ -142,6 +142,8 @@ class ReplicationSnapshot:
     origin_lag: tuple[tuple[str, int, float], ...] = ()
     # (instance, messages received over its link)
     received: tuple[tuple[str, int], ...] = ()
+    # (instance, acks sent over its link for its batches)
+    acks_sent: tuple[tuple[str, int], ...] = ()
     # (instance, seconds since heard by any path)
     heard: tuple[tuple[str, float], ...] = ()
 
@@ -738,6 +740,13 @@ REPLICATION_RECEIVED = MetricSpec(
     "Records received over the link from the peer",
     ("node", "peer"),
 )
+REPLICATION_ACKS_SENT = MetricSpec(
+    "amps_replication_sent_acks",
+    "counter",
+    "Acks sent over the link to the peer for the records received from it (one ack can cover "
+    "several batches under load)",
+    ("node", "peer"),
+)
 REPLICATION_HEARD = MetricSpec(
     "amps_replication_last_heard_seconds",
     "gauge",
@@ -762,6 +771,7 @@ def all_metrics() -> list[MetricSpec]:
         REPLICATION_ORIGIN_BEHIND,
         REPLICATION_ORIGIN_BEHIND_SECONDS,
         REPLICATION_RECEIVED,
+        REPLICATION_ACKS_SENT,
         REPLICATION_HEARD,
     ]
 
@@ -826,6 +836,10 @@ class _InstanceCollector:
         for peer, count in r.received:
             received.add_metric([node, peer], count)
         yield received
+        acks = _family(REPLICATION_ACKS_SENT)
+        for peer, count in r.acks_sent:
+            acks.add_metric([node, peer], count)
+        yield acks
         heard = _family(REPLICATION_HEARD)
         for peer, seconds in r.heard:
             heard.add_metric([node, peer], seconds)

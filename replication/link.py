@@ -579,6 +579,7 @@ class Replicator:
                 for lag in self.lags.read(now_ms)
             ),
             received=tuple((s.peer, s.records_received) for s in stats),
+            acks_sent=tuple((s.peer, s.acks_sent) for s in stats),
             heard=tuple((i, age / 1000) for i, age in self.reachability.table(now_ms)),
         )
 

@@ -23,6 +23,7 @@ from tests.harness.cluster import (
     wait_until,
 )
 from tests.harness.instance import amps_cli
+from tests.integration.test_admin import samples
 
 ACTIONS = (
     "<Actions><Action>"
@@ -46,6 +47,15 @@ def destination(admin_port: int, name: str) -> dict[str, object]:
     destinations = replication_status(admin_port)["destinations"]
     assert isinstance(destinations, list)
     return next(d for d in destinations if d["name"] == name)
+
+
+def acks_sent(admin_port: int, peer: str) -> int:
+    """The admin view's count of acks sent over the link with `peer`."""
+    links = replication_status(admin_port)["links"]
+    assert isinstance(links, list)
+    count = next(link["acks_sent"] for link in links if link["peer"] == peer)
+    assert isinstance(count, int)
+    return count
 
 
 async def test_a_dead_sync_destination_is_downgraded_by_the_action_and_upgraded_on_return(
@@ -107,6 +117,11 @@ async def test_the_administrator_downgrades_and_upgrades_with_amps_admin_replica
     metrics = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
     assert b'amps_replication_origin_behind_messages{node="b",origin="a"} 0.0' in metrics
     assert b'amps_replication_origin_behind_seconds{node="b",origin="a"} 0.0' in metrics
+    # b acknowledged a's batches (a's publishes were persisted through it): counted per peer,
+    # between what the admin view showed before and after the scrape.
+    before = acks_sent(pair["b"].admin_port, "a")
+    sent = samples(pair["b"])[("amps_replication_sent_acks_total", (("node", "b"), ("peer", "a")))]
+    assert 1 <= before <= sent <= acks_sent(pair["b"].admin_port, "a")
     pair["b"].kill()
     held = asyncio.ensure_future(publish(pair["a"], "pub-a", 10, start=11))
     await wait_until(lambda: destination(pair["a"].admin_port, "b")["connected"] is False)
