@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from amps.errors import CorruptRecord
 from amps.log import codec
+from amps.log.kept_frames import KeptFrames
 from amps.log.received import ChosenFrames, scan
 from amps.log.records import PublishRecord, Record
 from amps.v1 import replication_pb2 as pb
@@ -34,6 +36,8 @@ from replication.frames import (
     TopicDigest,
     TransferRequest,
 )
+
+_TXID = attrgetter("txid")
 
 
 class BadFrame(ValueError):
@@ -148,6 +152,15 @@ def _record_parts(
     records = batch.records
     if type(records) is ChosenFrames:
         return records.parts()
+    if kept and records and set(map(type, records)) == {PublishRecord}:
+        # The live path's batch: publishes of consecutive txids whose frames the journal
+        # still keeps, a slice of its commits' lists rather than a look-up per record.
+        txids = list(map(_TXID, records))
+        first, count = txids[0], len(txids)
+        if txids[-1] - first == count - 1 and txids == list(range(first, first + count)):
+            for frames in kept:
+                if type(frames) is KeptFrames and (parts := frames.span(first, count)):
+                    return parts
     return [_framed(record, kept) for record in records]
 
 

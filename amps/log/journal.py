@@ -15,19 +15,19 @@ import logging
 import os
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from time import perf_counter_ns
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from amps.errors import JournalError
 from amps.log import codec
 from amps.log.bookmarks import BookmarkSpec
 from amps.log.compressed import COMPRESSED_SUFFIX, compress_segment
 from amps.log.dedup import PublisherMarks
+from amps.log.kept_frames import KeptFrames
 from amps.log.lookup import find_start
 from amps.log.marks_file import read_marks, write_marks
 from amps.log.reader import Segment, SegmentReader
@@ -221,20 +221,16 @@ class Journal:
         self._checkpoint_at_bytes = CHECKPOINT_EVERY_BYTES
         self.recovery_note = ""
         self.reader = SegmentReader(self.segment_path)
-        # The most recent appends' frames by txid, up to `_frames_max_bytes` (`keep_frames`),
-        # from the oldest one a link has still to send (`drop_frames_before`): replication
-        # links ship a publish's frame as appended instead of encoding it again.
-        self.frames: dict[int, bytes] = {}
-        self._frames_order: deque[tuple[int, int]] = deque()  # (txid, size), oldest first
-        self._frames_bytes = 0
-        self._frames_max_bytes = 0
+        # The latest commits' frames by txid, up to `keep_frames`' bound, from the oldest one a
+        # link has still to send (`drop_frames_before`): replication links ship a publish's
+        # frame as appended instead of encoding it again. Kept a commit at a time, as handed to
+        # the writer (`_start_flush`): links send only what is durable.
+        self.frames = KeptFrames()
 
     def keep_frames(self, max_bytes: int) -> None:
-        """Keep the frames of the latest appends in `frames`, up to `max_bytes` (0: none)."""
-        self._frames_max_bytes = max_bytes
+        """Keep the frames of the latest commits in `frames`, up to `max_bytes` (0: none)."""
+        self.frames.max_bytes = max_bytes
         self.frames.clear()
-        self._frames_order.clear()
-        self._frames_bytes = 0
 
     # ----------------------------------------------------------------------------- opening
 
@@ -499,9 +495,6 @@ class Journal:
         self._pending_bytes += sum(sizes)
         self._next_txid = first_txid + len(frames)
         self._last_timestamp_us = timestamps[-1]
-        if self._frames_max_bytes:
-            for k, frame in enumerate(frames):
-                self._keep_frame(frame, first_txid + k, sizes[k])
 
     def append(self, record: AnyRecord) -> AnyRecord:
         """Assign a txid to any record built with txid=0 and buffer it; the same kind back."""
@@ -546,27 +539,11 @@ class Journal:
         self._pending_bytes += size
         self._next_txid = txid + 1
         self._last_timestamp_us = timestamp_us
-        if self._frames_max_bytes:
-            self._keep_frame(frame, txid, size)
-
-    def _keep_frame(self, frame: bytes, txid: int, size: int) -> None:
-        frames, order = self.frames, self._frames_order
-        frames[txid] = frame
-        order.append((txid, size))
-        self._frames_bytes += size
-        while self._frames_bytes > self._frames_max_bytes:
-            old, old_size = order.popleft()
-            del frames[old]
-            self._frames_bytes -= old_size
 
     def drop_frames_before(self, txid: int) -> None:
         """Forget the kept frames below `txid`: every link has sent them (a link that resends
         after a reconnect reads the record cache or the segments, as for any frame not kept)."""
-        frames, order = self.frames, self._frames_order
-        while order and order[0][0] < txid:
-            old, old_size = order.popleft()
-            del frames[old]
-            self._frames_bytes -= old_size
+        self.frames.drop_before(txid)
 
     # ----------------------------------------------------------------------------- committing
 
@@ -601,6 +578,16 @@ class Journal:
     def _start_flush(self, *, force_checkpoint: bool = False) -> None:
         batch, last_txid = self._pending, self._next_txid - 1
         self._pending, self._pending_bytes = [], 0
+        if self.frames.max_bytes:
+            # The batch holds the frames of the txids after the last batch's (the one before
+            # is done: one at a time) and a segment's rotation between them, rarely. Neither
+            # the writer nor `frames` changes the list: both may hold it.
+            count = last_txid - self._durable_txid
+            kept = [f for f in batch if type(f) is bytes] if len(batch) != count else batch
+            if len(kept) == count:
+                self.frames.add_run(last_txid - count + 1, cast(list[bytes], kept))
+            else:  # not one frame per txid: keep none rather than misplace one
+                self.frames.clear()
         assert self._writer is not None
         active = self._active
         checkpoint = None

@@ -138,20 +138,25 @@ async def test_kept_frames_go_once_every_link_has_read_past_them(tmp_path: Path)
     journal.keep_frames(64 * 1024)
     for s in range(1, 11):
         journal.append_publish(topic="t", data=b"x" * 100, publisher_id=9, seq=s, timestamp_us=s)
+    assert not journal.frames  # kept from the commit on: a link sends only what is durable
+    await journal.commit()
     journal.drop_frames_before(4)
     assert sorted(journal.frames) == list(range(4, 11))
     journal.drop_frames_before(2)  # a link behind the others asks for nothing back
     assert sorted(journal.frames) == list(range(4, 11))
     journal.append_publish(topic="t", data=b"x" * 100, publisher_id=9, seq=11, timestamp_us=11)
+    await journal.commit()
     journal.drop_frames_before(11)
     assert sorted(journal.frames) == [11]
     journal.append_publish(topic="t", data=b"x" * 3000, publisher_id=9, seq=12, timestamp_us=12)
+    await journal.commit()
     # The bound still holds: what is kept is what the byte count says.
-    assert sum(len(f) for f in journal.frames.values()) == journal._frames_bytes
+    assert sum(len(f) for f in journal.frames.values()) == journal.frames.size_bytes
+    assert journal.frames.span(11, 2) == [journal.frames[11], journal.frames[12]]
+    assert journal.frames.span(10, 2) is None  # 10 is gone
     journal.drop_frames_before(100)
     assert not journal.frames
-    assert journal._frames_bytes == 0
-    await journal.commit()
+    assert journal.frames.size_bytes == 0
     await journal.close()
 
 
