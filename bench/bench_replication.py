@@ -5,7 +5,7 @@ same run, as a ratio. Prints; asserts nothing.
 [--only lag,latency,...]`
 
 1. durable publish, 1 KB, one client process: alone, with one sync destination, with one
-   async destination;
+   async destination; with `--rounds N` each round is printed, then the median ratios;
 2. persisted-ack latency at a steady 5,000 msg/s: alone and with one sync destination;
 3. replication lag, each publish from accepted on A (its timestamp, taken before A's fsync) to
    durable on B, async destination, at a steady 5,000 msg/s: the headline is B's own
@@ -29,7 +29,9 @@ same run, as a ratio. Prints; asserts nothing.
    old way (records encoded again, appended one at a time) beside the frames-as-logged way;
 6. the live path's own CPU per batch in one process (bench/live_cycle.py): a sync link a -> b
    over an in-memory stream, five publishes per batch, both instances and their writer threads,
-   no gRPC: two trees compared on a shared machine;
+   no gRPC: two trees compared on a shared machine; and (`send`, bench/live_send.py) the
+   sender's CPU per record of a full-rate batch, appends with and without the frames kept for
+   a link, the batch's encoding and the drop of what it sent;
 7. the peer a user would pick instead (when `nats-server` is installed or installable): a
    three-node NATS JetStream cluster on loopback, a replicas=3 file stream, 1 KB publishes
    with acks (window 1000), beside three instances of ours publishing on one with two sync
@@ -76,6 +78,7 @@ from bench.bench_broker import (
 from bench.common import json_payloads, metrics_text, percentile, scrape, temp_instance
 from bench.failover import DEPLOYED, SHORT, failover
 from bench.live_cycle import live_cycle
+from bench.live_send import sender_costs
 from bench.peers import ensure_nats, nats_cluster
 from tests.harness.cluster import Cluster, Link, cluster, full_mesh
 from tests.harness.instance import InstanceProcess
@@ -88,7 +91,7 @@ LIVE_RATE_PER_S = 1_000  # live traffic on a while b catches up (the issue's fig
 CATCH_UP_POLL_S = 0.1
 CATCH_UP_POLL_MIN_S = 0.005  # the catch-up's polls of b: from 1 s apart down to this
 CATCH_UP_POLL_MAX_S = 1.0
-SECTIONS = ("publish", "latency", "lag", "catch-up", "costs", "cycle", "peer", "failover")
+SECTIONS = ("publish", "latency", "lag", "catch-up", "costs", "cycle", "send", "peer", "failover")
 # The hops (amps.server.hops) printed as means: a frame of commands handled, deliveries waiting
 # for and taken by gRPC, the sender's link hops and the receiver's receive -> durable.
 HOPS = (
@@ -704,7 +707,10 @@ def main() -> None:
         "--only", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}"
     )
     parser.add_argument(
-        "--rounds", type=int, default=1, help="repeat the lag, latency, catch-up and costs runs"
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat the publish, lag, latency, catch-up, costs and send runs",
     )
     parser.add_argument("--kills", type=int, default=10, help="failover: SIGKILLs per schedule")
     parser.add_argument("--subscriber", metavar="ADDRESS", help=argparse.SUPPRESS)
@@ -719,7 +725,15 @@ def main() -> None:
     assert only <= set(SECTIONS), f"--only takes {', '.join(SECTIONS)}"
     print(f"bench_replication: 1 KB JSON, topic {TOPIC!r}; shared machine: read the ratios")
     if "publish" in only:
-        publish_rates(messages)
+        rates = [publish_rates(messages) for _ in range(args.rounds)]
+        if len(rates) > 1:
+            print(
+                f"durable publish over {len(rates)} rounds: median sync "
+                f"{statistics.median(sync for sync, _ in rates):.2f}x, async "
+                f"{statistics.median(asynchronous for _, asynchronous in rates):.2f}x (each "
+                f"round: {', '.join(f'{sync:.2f}x / {asy:.2f}x' for sync, asy in rates)})",
+                flush=True,
+            )
     lags: list[tuple[float, float]] = []
     for _ in range(args.rounds):
         if "latency" in only:
@@ -741,6 +755,8 @@ def main() -> None:
             link_costs(messages)
         if "cycle" in only:
             live_cycle()
+    if "send" in only:
+        sender_costs(max(args.rounds, 20))
     if len(ratios) > 1:
         print(
             f"catch-up over {len(ratios)} rounds: median {statistics.median(ratios):.2f}x of "
@@ -754,8 +770,9 @@ def main() -> None:
             failover(args.kills, schedule)
 
 
-def publish_rates(messages: int) -> None:
-    """Item 1: durable publish, alone and with one sync / one async destination."""
+def publish_rates(messages: int) -> tuple[float, float]:
+    """Item 1: durable publish, alone and with one sync / one async destination; the sync and
+    async ratios to alone."""
     cpu: dict[str, str] = {}
     with temp_instance("alone") as alone:
         before_alone = cpu_times_s(alone)
@@ -780,6 +797,7 @@ def publish_rates(messages: int) -> None:
         f"{cpu['alone']}; sync {cpu['sync']}; async {cpu['async']}",
         flush=True,
     )
+    return rate_sync / rate_alone, rate_async / rate_alone
 
 
 def persisted_ack_latency(seconds: float) -> None:
