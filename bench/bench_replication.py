@@ -818,10 +818,13 @@ def persisted_ack_latency(seconds: float) -> None:
         sync_hops = observed.report(messages)
         # What the sync destination adds, per batch: a's records durable -> b's ack, and
         # within it b's receive -> durable; and each side's fsyncs (two, in series).
-        acked = hop_quantiles(observed.before["a"][0], instance_hops(a), "link_acked", "batches")
-        durable_b = hop_quantiles(
-            observed.before["b"][0], instance_hops(b), "replicated_durable", "batches"
-        )
+        a_hops, b_hops = instance_hops(a), instance_hops(b)
+        acked = hop_quantiles(observed.before["a"][0], a_hops, "link_acked", "batches")
+        durable_b = hop_quantiles(observed.before["b"][0], b_hops, "replicated_durable", "batches")
+        # Stage by stage: b's durable is mostly its commit's wait and fsync (docs/benchmarks.md,
+        # "The sync persisted ack's ceiling and its hops"); a's commit is slower than alone's.
+        b_stages = stages_ms(observed.before["b"][0], b_hops, "replicated_stages")
+        a_stages = stages_ms(observed.before["a"][0], a_hops, "replicated_send_stages")
         fsyncs = (
             f"a {fsync_quantiles(before_a, fsync_buckets(a.admin_port))}, "
             f"b {fsync_quantiles(before_b, fsync_buckets(b.admin_port))}"
@@ -832,6 +835,8 @@ def persisted_ack_latency(seconds: float) -> None:
         f"{p50_alone:.2f} ms, sync {p50_sync:.2f} ms ({p50_sync / p50_alone:.2f}x)\n"
         f"  sync, per batch: a's records durable -> b's ack (a's hop link_acked): {acked}; "
         f"within it b's batch received -> durable (b's replicated_durable): {durable_b}\n"
+        f"  b's stages per batch (p50 / p99): {b_stages}\n"
+        f"  a's stages per batch (p50 / p99): {a_stages}\n"
         f"  fsyncs (bucket bounds of amps_journal_fsync_seconds): alone {alone_fsync}; {fsyncs}\n"
         f"  {alone_hops}\n  {sync_hops}",
         flush=True,
