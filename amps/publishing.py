@@ -261,6 +261,10 @@ class PublishingCore(Generic[Connection]):
         self._persisted_acks += len(due)
         return due
 
+    def owes(self, connection: Connection) -> bool:
+        """Whether `connection` has frames whose persisted ack is still to come."""
+        return connection in self._waiting
+
     def acked_seq(self, connection: Connection) -> int:
         """The highest seq `connection` was acked as persisted (or told at logon)."""
         owed = self._owed.get(connection)

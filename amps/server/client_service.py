@@ -64,7 +64,9 @@ class ClientService(client_pb2_grpc.AmpsServicer):
         self.instance.sessions.add(session)
         session.last_receive_monotonic = asyncio.get_running_loop().time()
         reader = asyncio.create_task(self._read(session, request_iterator))
-        watchdog = asyncio.create_task(_watch_timeouts(session, self.limits))
+        watchdog = asyncio.create_task(
+            _watch_timeouts(session, self.limits, self.instance.publishing.owes)
+        )
         # A slow consumer's leases and subscriptions end as soon as it is cut, not when gRPC gets
         # to write the status behind frames the client may never read (grpc.aio cannot reset
         # one stream; a cancelled handler would leave the client waiting without any status).
@@ -335,9 +337,13 @@ def _frame_bytes(frame: bytes) -> bytes:
     return frame
 
 
-async def _watch_timeouts(session: Session, limits: ClientLimits) -> None:
+async def _watch_timeouts(
+    session: Session, limits: ClientLimits, owes_persisted_ack: Callable[[Session], bool]
+) -> None:
     """S5: close a connection not logged on within LogonTimeout, and one with no subscription
-    that sent nothing for IdleTimeout (0 = never)."""
+    that sent nothing for IdleTimeout (0 = never) while owed nothing: the time this instance
+    takes to answer (a flush or a persisted ack behind a slow disk) is not the client's
+    silence."""
     loop = asyncio.get_running_loop()
     await asyncio.sleep(limits.logon_timeout_ms / 1000)
     if not session.logged_on:
@@ -347,7 +353,12 @@ async def _watch_timeouts(session: Session, limits: ClientLimits) -> None:
         return
     idle_s = limits.idle_timeout_ms / 1000
     while idle_s > 0 and not session.outbox.closed:
-        silent_s = loop.time() - session.last_receive_monotonic
+        now = loop.time()
+        if session.answering or owes_persisted_ack(session):  # the client waits for us
+            session.last_answer_monotonic = now
+            await asyncio.sleep(idle_s / 10)
+            continue
+        silent_s = now - max(session.last_receive_monotonic, session.last_answer_monotonic)
         if silent_s >= idle_s and not (session.subscriptions or session.queue_subscriptions):
             session.kick(
                 errors.ConnectionBroken(

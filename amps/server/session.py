@@ -65,6 +65,9 @@ class Session:
         self.client_id = ""
         self.heartbeat_task: asyncio.Task[None] | None = None
         self.last_receive_monotonic = 0.0
+        # The last moment this instance was known to be answering the client (a flush waiting
+        # for the disk, an answer queued): the client waiting for it is not idle (IdleTimeout).
+        self.last_answer_monotonic = 0.0
         self._next_sub_id = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -72,7 +75,17 @@ class Session:
         """Run a task on behalf of this session; kept referenced until it ends."""
         task = asyncio.create_task(coroutine)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.last_answer_monotonic = task.get_loop().time()
+
+    @property
+    def answering(self) -> bool:
+        """Whether this instance still owes the client an answer: a task run for it (a flush
+        waiting for the disk) or messages it has not handed to gRPC yet."""
+        return bool(self._tasks) or len(self.outbox) > 0
 
     async def wait_tasks(self) -> None:
         """Wait for the tasks run on behalf of this session (flush acks) to finish."""

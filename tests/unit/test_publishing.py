@@ -159,7 +159,9 @@ def test_a_sync_destination_holds_acks_until_it_has_the_log() -> None:
     core.expect_ack("c1", 5, 5)
     assert core.release(persisted_through(5, [3])) == []
     assert core.release(persisted_through(5, [3, 9])) == []
+    assert core.owes("c1")  # waiting for this instance: not idle (IdleTimeout)
     assert core.release(persisted_through(5, [9, 5])) == [("c1", 5)]
+    assert not core.owes("c1")
     assert persisted_through(5, []) == 5  # no sync destination (or all downgraded)
 
 
