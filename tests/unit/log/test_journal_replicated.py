@@ -126,6 +126,11 @@ async def test_kept_frames_are_the_appended_bytes_and_bounded(tmp_path: Path) ->
     batch = Batch(1, records[-1].txid, records)
     assert to_pb(batch, kept).SerializeToString() == to_pb(batch).SerializeToString()
     assert from_pb(pb.LinkFrame.FromString(to_pb(batch, kept).SerializeToString())) == batch
+    # Publishes of consecutive txids, all kept: the frames are a slice of the kept commit.
+    publishes = tuple(r for r in [*local, *replicated] if r.txid in kept)
+    assert len(publishes) > 1
+    live = Batch(2, publishes[-1].txid, publishes)
+    assert to_pb(live, kept).SerializeToString() == to_pb(live).SerializeToString()
     journal.keep_frames(0)
     assert not journal.frames
     await journal.close()
