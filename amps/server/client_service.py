@@ -345,12 +345,18 @@ async def _watch_timeouts(
     takes to answer (a flush or a persisted ack behind a slow disk) is not the client's
     silence."""
     loop = asyncio.get_running_loop()
-    await asyncio.sleep(limits.logon_timeout_ms / 1000)
-    if not session.logged_on:
-        session.kick(
-            errors.LogonRequired(f"no logon within {limits.logon_timeout_ms} ms (LogonTimeout)")
-        )
-        return
+    logon_s = limits.logon_timeout_ms / 1000
+    deadline = loop.time() + logon_s
+    # Looked at ten times within LogonTimeout, so that the idle watch starts soon after the
+    # logon (an IdleTimeout shorter than LogonTimeout holds).
+    while not session.logged_on:
+        now = loop.time()
+        if now >= deadline:
+            session.kick(
+                errors.LogonRequired(f"no logon within {limits.logon_timeout_ms} ms (LogonTimeout)")
+            )
+            return
+        await asyncio.sleep(min(logon_s / 10, deadline - now))
     idle_s = limits.idle_timeout_ms / 1000
     while idle_s > 0 and not session.outbox.closed:
         now = loop.time()

@@ -23,9 +23,7 @@ LIMITS = (
 # test can take that long between two commands (or to log on) and be closed mid-test (issue 8:
 # an IdleTimeout of 600 ms closed the ack test's connection, once as gRPC INTERNAL).
 LOGON_TIMEOUT = "<LogonTimeout>300ms</LogonTimeout>"
-# The instance looks for idle connections once a connection's LogonTimeout has passed: one
-# short enough to keep the test quick, long enough for two logons on a loaded machine.
-IDLE_TIMEOUT = "<LogonTimeout>3s</LogonTimeout><IdleTimeout>600ms</IdleTimeout>"
+IDLE_TIMEOUT = "<IdleTimeout>600ms</IdleTimeout>"
 QUEUE = """<SOW><Queue><Name>work</Name><MessageType>json</MessageType>
 <UnderlyingTopic>orders</UnderlyingTopic><LeasePeriod>30s</LeasePeriod></Queue></SOW>"""
 # Long enough for any of the limits above to have acted, on a loaded machine.

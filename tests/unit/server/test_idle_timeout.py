@@ -53,3 +53,13 @@ async def test_a_silent_client_owed_nothing_is_closed() -> None:
     assert session.outbox.close_reason is not None
     details = session.outbox.close_reason[1]
     assert "no command and no subscription for 50 ms (IdleTimeout)" in details
+
+
+async def test_an_idle_timeout_shorter_than_the_logon_timeout_holds() -> None:
+    """The idle watch starts once the client has logged on, not once LogonTimeout has passed."""
+    session = logged_on()
+    limits = ClientLimits(logon_timeout_ms=3_600_000, idle_timeout_ms=50)
+    async with asyncio.timeout(60):  # an hour before the idle watch looked after the logon
+        await _watch_timeouts(session, limits, lambda _session: False)
+    assert session.outbox.close_reason is not None
+    assert "(IdleTimeout)" in session.outbox.close_reason[1]
