@@ -389,7 +389,6 @@ class Instance:
         commit starts for it at once, or with `soon` the next commit covers it, started at
         most SOON_COMMIT_DELAY_S later."""
         stamped = self.journal.append(record)
-        assert not isinstance(stamped, PublishRecord)
         self.records.put_other(stamped)  # the links read it from memory once it is durable
         if not soon:
             self._want_commit()
