@@ -58,8 +58,9 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, compress, islice, repeat
-from typing import Literal, NamedTuple, cast
+from typing import NamedTuple, cast
 
+from amps.config.model import QueueKind
 from amps.queue import (
     Acked,
     AckedByFilter,
@@ -104,8 +105,6 @@ _BULK_CHECK_PUBLISHERS = 16  # beyond this many, `_check_bookmarks` looks up eac
 RESTORE_STEP_MESSAGES = 8_192
 """Messages a staged restore indexes per step (~7 ms of CPU): the loop serves between steps,
 and a client's request waits for at most one step at each of its turns on the loop."""
-
-QueueKind = Literal["Queue", "GroupLocalQueue", "LocalQueue"]
 
 ReplicaAction = EngineAction | AppendOwnership | SendOwnership | SendTransferRequest
 """What the adapter performs, in list order. Ordering contract (raft `Ready`): every

@@ -8,6 +8,7 @@ from typing import Literal
 
 from amps.config.topics import is_regex, topic_matches
 
+# The <SOW> elements a queue is declared with; the replication core speaks the same words.
 QueueKind = Literal["Queue", "LocalQueue", "GroupLocalQueue"]
 MessageType = Literal["json", "binary"]
 TransportType = Literal["grpc", "amps-replication", "amps-replication-secure"]

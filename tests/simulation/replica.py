@@ -17,6 +17,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from amps.config.model import QueueKind
 from amps.log.bookmarks import Bookmark
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, Record, TransferRecord
 from amps.queue import (
@@ -49,7 +50,7 @@ from replication.ownership import (
     TransferKind,
     TransferRequested,
 )
-from replication.queue_replica import QueueKind, QueueReplica, ReplicaAction, ReplicaOptions
+from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
 from replication.transfers import from_log, to_log
 
 LEASE_MS = 80

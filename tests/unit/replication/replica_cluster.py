@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from amps.config.model import QueueKind
 from amps.queue import (
     Acked,
     Deliver,
@@ -23,7 +24,7 @@ from amps.queue import (
 )
 from replication.latency import LatencyOptions
 from replication.ownership import AppendOwnership, MessageKey, OwnershipRecord, SendTransferRequest
-from replication.queue_replica import QueueKind, QueueReplica, ReplicaAction, ReplicaOptions
+from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
 
 LATENCY = LatencyOptions(default_ms=10, window=8, min_samples=2, max_ms=1_000)
 

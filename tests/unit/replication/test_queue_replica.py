@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amps.config.model import QueueKind
 from amps.queue import (
     ExpireReason,
     MessagePublished,
@@ -23,7 +24,7 @@ from replication.ownership import (
     OwnershipState,
     TransferKind,
 )
-from replication.queue_replica import QueueKind, QueueReplica, ReplicaAction, ReplicaOptions
+from replication.queue_replica import QueueReplica, ReplicaAction, ReplicaOptions
 from tests.unit.replication.replica_cluster import LATENCY, ReplicaCluster
 
 
