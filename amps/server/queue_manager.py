@@ -10,6 +10,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from amps.log.bookmarks import parse_bookmark_spec
 from amps.log.records import PublishRecord, QueueRecord, TransferRecord
 from amps.queue import ExpireReason
 from amps.queue.snapshot_codec import SnapshotFormatError, decode_snapshot, encode_snapshot
+from amps.queue.snapshot_spacing import QueueChanges
 from amps.server.convert import success_ack
 from amps.server.queue_store import STORE_FILE_NAME, QueueStore, StoredQueue, set_aside
 from amps.server.queues import QueueDriver
@@ -37,6 +39,8 @@ ON_EXPIRE = "amps-action-on-sow-expire-message"
 DO_PUBLISH = "amps-action-do-publish-message"
 RECOVERY_BATCH_RECORDS = 5_000
 CHECKPOINT_INTERVAL_S = 5.0
+# How often the replay bound of amps/queue/snapshot_spacing.py is looked at between checkpoints.
+CHECK_S = 0.5
 # Between two steps of a staged restore's index (Rule 7 of replication/queue_replica.py).
 INDEX_PAUSE_S = 0.001
 SOW_DEFAULT_LIMIT = 100_000
@@ -52,6 +56,9 @@ class QueueManager:
         self.store: QueueStore | None = None
         self._stored: dict[str, StoredQueue] = {}
         self._checkpointer: asyncio.Task[None] | None = None
+        # Snapshots taken since the start and their CPU on the loop (said in the log lines).
+        self.snapshots = 0
+        self.snapshots_cpu_s = 0.0
         self._indexer: asyncio.Task[None] | None = None
         # R9: per (origin instance, queue), the newest origin txid of a queue or transfer
         # record logged here. Each path carries one origin's records of one queue in origin
@@ -535,8 +542,16 @@ class QueueManager:
         self._checkpointer = asyncio.create_task(self._checkpoint_loop(), name="queue-checkpoints")
 
     async def _checkpoint_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_checkpoint = loop.time() + CHECKPOINT_INTERVAL_S
         while True:
-            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+            # Every CHECK_S, not only every checkpoint: a queue whose replay bound is reached
+            # (rule 2 of amps/queue/snapshot_spacing.py) takes its snapshot at once.
+            await asyncio.sleep(CHECK_S)
+            now = loop.time()
+            if now < next_checkpoint and not self._snapshot_due(now):
+                continue
+            next_checkpoint = now + CHECKPOINT_INTERVAL_S
             try:
                 await self.checkpoint()
             except (sqlite3.Error, OSError) as exc:  # a full disk: one line, no traceback
@@ -544,12 +559,24 @@ class QueueManager:
             except Exception:
                 log.exception("queue checkpoint failed; the log still holds everything")
 
+    def _snapshot_due(self, now: float) -> bool:
+        """Whether a changed queue's snapshot is due now (amps/queue/snapshot_spacing.py);
+        the first after the start comes with the first checkpoint, as a restart's staged
+        restore may still be indexing then."""
+        return any(
+            driver.dirty
+            and driver.snapshot_spacing.taken_any
+            and driver.snapshot_spacing.due(now, partial(_changes, driver))
+            for driver in self.drivers.values()
+        )
+
     async def checkpoint(self, *, final: bool = False) -> None:
-        """Store each changed queue's recovery point and snapshot, once what they reflect is
-        durable. Snapshots of large queues are spaced out so they cost little of the loop: 50
-        times the CPU time the last one took on the loop's thread (its wall time on a machine
-        other processes load would space them out further, and leave more log to replay)."""
-        loop = asyncio.get_running_loop()
+        """Store each changed queue's recovery point and, when due, its snapshot, once what
+        they reflect is durable. When a snapshot is due is amps/queue/snapshot_spacing.py:
+        every checkpoint, spaced to 50 times its CPU on the loop's thread for a large queue,
+        sooner once a restart would replay 50,000 messages in or out since the last, never
+        sooner than 10 times its CPU after the last."""
+        now = asyncio.get_running_loop().time()
         taken: list[tuple[QueueDriver, int, bytes | None, int]] = []
         for driver in self.drivers.values():
             if not driver.dirty and not final:
@@ -560,7 +587,10 @@ class QueueManager:
             driver.dirty = False
             snapshot_bytes = None
             snapshot_txid = 0
-            if driver.replica is not None and (final or loop.time() >= driver.next_snapshot_at):
+            spacing = driver.snapshot_spacing
+            due = final or spacing.due(now, partial(_changes, driver))
+            if due and driver.replica is not None:
+                changes = _changes(driver)  # as the snapshot holds it: taken in the same step
                 started = time.thread_time()
                 snapshot_txid = self._applied_through(driver)
                 snap = driver.take_replica_snapshot(
@@ -570,22 +600,12 @@ class QueueManager:
                 # the next checkpoint takes the snapshot (replay never re-offers a publish).
                 if snapshot_txid >= snap.queue.high_water_txid:
                     snapshot_bytes = queue_snapshot.encode(snap)
-                    cost = time.thread_time() - started
-                    driver.next_snapshot_at = loop.time() + max(CHECKPOINT_INTERVAL_S, cost * 50)
-                    if cost * 50 > CHECKPOINT_INTERVAL_S:
-                        # A restart replays the log since the last snapshot: say when the next
-                        # one waits longer than a checkpoint (issue 9).
-                        log.info(
-                            "queue %s: snapshot of %d messages took %.3f s of CPU on the "
-                            "event loop; the next in %.0f s",
-                            driver.name,
-                            len(snap.queue.txids),
-                            cost,
-                            cost * 50,
-                        )
+                    self._taken(driver, now, time.thread_time() - started, changes)
                 else:
+                    spacing.attempted(now, time.thread_time() - started)
                     snapshot_txid = 0
-            elif driver.replica is None and (final or loop.time() >= driver.next_snapshot_at):
+            elif due:
+                changes = _changes(driver)
                 started = time.thread_time()
                 snapshot = driver.engine.snapshot()
                 snapshot_bytes = encode_snapshot(
@@ -596,8 +616,7 @@ class QueueManager:
                 # removal records. So a restart replays only what comes after, not the acks
                 # made since the last publish.
                 snapshot_txid = max(snapshot.high_water_txid, self.instance.dispatched_txid)
-                cost = time.thread_time() - started
-                driver.next_snapshot_at = loop.time() + max(CHECKPOINT_INTERVAL_S, cost * 50)
+                self._taken(driver, now, time.thread_time() - started, changes)
             taken.append((driver, driver.low_water_txid(), snapshot_bytes, snapshot_txid))
         if not taken:
             return
@@ -616,6 +635,32 @@ class QueueManager:
                     driver.name, setting, low_water, snapshot_bytes, snapshot_txid, wall_us
                 )
             driver.saved_low_water_txid = low_water
+
+    def _taken(self, driver: QueueDriver, now: float, cost: float, changes: QueueChanges) -> None:
+        """Space the next snapshot after this one, and say so when its cost shows."""
+        spacing = driver.snapshot_spacing
+        changed = spacing.changed_since(changes)
+        sooner = spacing.by_replay_bound(now)
+        wait = spacing.taken(now, cost, changes)
+        self.snapshots += 1
+        self.snapshots_cpu_s += cost
+        if cost * spacing.spread > spacing.interval_s:
+            # A restart replays the log since the last snapshot: say when the next one waits
+            # longer than a checkpoint, or came sooner for that reason (issue 9).
+            log.info(
+                "queue %s: snapshot of %d messages took %.3f s of CPU on the event loop (%s); "
+                "the next in %.0f s at the latest (snapshots since the start: %d, %.2f s of CPU)",
+                driver.name,
+                changes.live,
+                cost,
+                f"{changed:,} messages in or out since the last, the bound is "
+                f"{spacing.replay_bound:,}"
+                if sooner and changed is not None
+                else "due by time",
+                wait,
+                self.snapshots,
+                self.snapshots_cpu_s,
+            )
 
     def _applied_through(self, driver: QueueDriver) -> int:
         """The newest txid up to which every record of the log is applied to the queue: the
@@ -656,6 +701,11 @@ class QueueManager:
             await self.store.close()
         except (sqlite3.Error, OSError) as exc:
             log.error("queue store did not close cleanly (%s)", exc)
+
+
+def _changes(driver: QueueDriver) -> QueueChanges:
+    """The engine's counts the snapshot spacing weighs (messages ever entered, held now)."""
+    return QueueChanges.of(driver.engine.statistics(driver.instance.now_ms()))
 
 
 def _replay(driver: QueueDriver, batch: list[Any], now_ms: int, *, heads: bool) -> None:

@@ -44,6 +44,7 @@ from amps.queue import (
     Subscribed,
     Unsubscribed,
 )
+from amps.queue.snapshot_spacing import SnapshotSpacing
 from amps.queue.subscriptions import effective_backlog
 from amps.server.file_columns import FileColumnFactory
 from amps.server.wire import QueueDeliveryEncoder
@@ -247,7 +248,7 @@ class QueueDriver:
         self.dead_letters: list[Callable[[PublishRecord, ExpireReason], None]] = []
         # Checkpoints: whether anything changed since the last one, and when to snapshot next.
         self.dirty = True
-        self.next_snapshot_at = 0.0
+        self.snapshot_spacing = SnapshotSpacing()
         # The recovery point queues.db holds (what a restart replays from), None before one.
         self.saved_low_water_txid: int | None = None
         # Queue deliveries: one encoder per sub_id (topic = this queue's name, encoded once).
