@@ -2,7 +2,7 @@
 run. Prints; asserts nothing. The machine is shared: read the ratios.
 
 `.venv/bin/python -m bench.bench_replicated_queues [--quick] [--messages N] [--queued N]
-[--only throughput|restart]`
+[--only throughput|restart] [--rounds N]`
 
 1. end to end, one instance: one publisher and four consumers (backlog 100), 1 KB JSON, first
    publish to last ack (the reference);
@@ -21,7 +21,9 @@ run. Prints; asserts nothing. The machine is shared: read the ratios.
    restart). Both restore their queue snapshot (the replicated one with its ownership) and
    replay the log after it; the line says how many records and where the snapshot stood.
    Then each is killed again once its stored snapshot is current (nothing to replay): the
-   restore alone, whatever the snapshots' spacing left to replay the first time.
+   restore alone, whatever the snapshots' spacing left to replay the first time. Before the
+   kill it prints what a's snapshots cost its loop over the fill and the acks (from a's log:
+   amps/queue/snapshot_spacing.py spaces them). `--rounds N` repeats both N times.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import contextlib
+import re
 import shutil
 import tempfile
 import time
@@ -60,6 +63,7 @@ from tests.harness.instance import InstanceProcess
 
 # A snapshot of 500,000 messages spaces the next by 50 times its CPU cost (~30 s here).
 SNAPSHOT_WAIT_S = 120.0
+SNAPSHOTS = re.compile(r"snapshots since the start: (\d+), ([\d.]+) s of CPU")
 
 
 @contextlib.contextmanager
@@ -161,7 +165,7 @@ def restart_replicated(count: int) -> None:
     """a <-> b, half of `count` published on each, a quarter acked on each, a killed at once."""
     with replicated_pair() as pair:
         a, b = pair["a"], pair["b"]
-        started = time.monotonic()
+        started = filling = time.monotonic()
         for instance in (a, b):
             publish_all(instance.address, count // 2, 100)
         wait_stat(a.admin_port, "queue_depth", count)
@@ -174,9 +178,22 @@ def restart_replicated(count: int) -> None:
         for instance in (a, b):
             wait_depth(instance.admin_port, count - 2 * (count // 4))
         print(f"  acked {rate(2 * (count // 4), time.monotonic() - started)} on both", flush=True)
+        print(f"  {snapshot_cost(a, 'a', time.monotonic() - filling)}", flush=True)
         label = f"replicated, {count:,} queued from two origins, {2 * (count // 4):,} acked"
         measure_restart(a, f"{label}, killed at once")
         restart_current(a, label)
+
+
+def snapshot_cost(instance: InstanceProcess, name: str, seconds: float) -> str:
+    """The snapshots' CPU on the instance's loop since its start, as its last log line about
+    a costly snapshot says (amps/server/queue_manager.py), per minute of `seconds`."""
+    found = [m for line in instance.output if (m := SNAPSHOTS.search(line))]
+    if not found:
+        return "snapshots: no line about a costly one"
+    taken, cpu_s = int(found[-1][1]), float(found[-1][2])
+    return (f"snapshots on {name} over the fill and the acks ({seconds:.0f} s): "
+            f"{taken} taken, {cpu_s:.2f} s of CPU on its loop, {cpu_s / seconds * 60:.2f} s a "
+            f"minute ({cpu_s / seconds:.1%})")  # fmt: skip
 
 
 def main() -> None:
@@ -186,6 +203,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=parts, default=parts)
     parser.add_argument("--messages", type=int, default=None, help="throughput messages")
     parser.add_argument("--queued", type=int, default=None, help="restart messages")
+    parser.add_argument("--rounds", type=int, default=1, help="restart rounds")
     args = parser.parse_args()
     total = args.messages or (20_000 if args.quick else 100_000)
     queued = args.queued or (100_000 if args.quick else 1_000_000)
@@ -199,10 +217,13 @@ def main() -> None:
         root = Path(__file__).resolve().parent.parent
         for package in ("amps", "replication"):
             compileall.compile_dir(root / package, quiet=1)
-        with part("restart, one instance"):
-            restart_single(queued)
-        with part("restart, replicated"):
-            restart_replicated(queued)
+        for round_ in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                print(f"restart round {round_} of {args.rounds}", flush=True)
+            with part("restart, one instance"):
+                restart_single(queued)
+            with part("restart, replicated"):
+                restart_replicated(queued)
 
 
 def throughput(total: int, seconds: float) -> None:
