@@ -85,6 +85,24 @@ def stretch_mask(column: array[int], first: int, last: int, values: Sequence[int
     return mask if mask.count(1) == count else None
 
 
+def sorted_members(values: array[int], members: array[int]) -> bytes:
+    """1 for each of `values` that is one of `members` (increasing), else 0: a binary search
+    each, in numpy (~10x a set of `members` built and probed, at 500,000 of them). numpy is
+    imported here, on the first call, not at start: a restart never needs it before
+    serving (issue 9)."""
+    import numpy as np
+
+    assert values.typecode == members.typecode == "q"
+    found = np.frombuffer(members, dtype=np.int64)
+    wanted = np.frombuffer(values, dtype=np.int64)
+    if not len(found):
+        return bytes(len(wanted))
+    where = np.searchsorted(found, wanted)
+    np.minimum(where, len(found) - 1, out=where)
+    mask: bytes = (found[where] == wanted).tobytes()
+    return mask
+
+
 def select(values: array[int], mask: bytes) -> array[int]:
     """`array(values.typecode, compress(values, mask))`: one slice per run of set bytes (a
     replicated queue's own messages come in runs, as each origin's group commits logged them),

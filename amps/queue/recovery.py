@@ -22,7 +22,7 @@ from operator import itemgetter, le, lt
 
 from amps.queue.actions import Action, ExpireReason, RemovalReason
 from amps.queue.bookmarks import BookmarkIndex
-from amps.queue.bulk import add_constant, and_bytes, or_bytes, select, xor_bytes
+from amps.queue.bulk import add_constant, and_bytes, or_bytes, select, sorted_members, xor_bytes
 from amps.queue.columns import Column, as_array, column_bytes
 from amps.queue.events import MessageRemoved
 from amps.queue.state import QueueState
@@ -310,8 +310,9 @@ def _bookmarks_of(
     the oldest live message are a prefix of each run (one bisect). Without out-of-order
     entries each live message is in one run once, so if the later entries number the live
     messages they are them; a single run holding the table's rows, holes and all, is cut by
-    `keep`; otherwise the runs are filtered through a set of the live txids, in C (no Python
-    call per entry either way).
+    `keep`; otherwise each run (increasing) is looked up in the live txids (increasing) by
+    binary search (`bulk.sorted_members`), or, with out-of-order entries, through a set of
+    them, in C (no Python call per entry either way).
     """
     runs, unordered = bookmarks.export()
     if not txids:
@@ -328,7 +329,8 @@ def _bookmarks_of(
         if run_txids == table_txids:  # the usual case: one publisher, removed rows not compacted
             seqs = array("Q", compress(as_array(run.seqs, "Q", start), keep))
             return (BookmarkRun(publisher_id, seqs, txids),), (), None
-    if unordered or entries != len(txids):
+    filtered = bool(unordered) or entries != len(txids)
+    if unordered:
         live = set(txids)
         later = [(p, s, t) for (p, s), t in unordered.items() if t in live]
     out = []
@@ -336,10 +338,13 @@ def _bookmarks_of(
         run = runs[publisher_id]
         start = starts[publisher_id]
         run_txids = as_array(run.txids, "q", start)
-        if live is None:
+        if not filtered:
             run_seqs = as_array(run.seqs, "Q", start)
         else:
-            mask = bytes(map(live.__contains__, run_txids))
+            if live is None:
+                mask = sorted_members(run_txids, txids)
+            else:
+                mask = bytes(map(live.__contains__, run_txids))
             run_txids = select(run_txids, mask)  # the live entries come in runs, mostly
             run_seqs = select(as_array(run.seqs, "Q", start), mask)
         if run_txids:

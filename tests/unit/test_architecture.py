@@ -115,6 +115,7 @@ NOT_IMPORTED_AT_START = (
     "amps.client",
     "argon2",  # the users file's hashing: only with a users file (Server._authenticator)
     "amps.security.users",
+    "numpy",  # a snapshot's look-up of live bookmarks (amps.queue.bulk.sorted_members)
 )
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amps.queue import Acked, MessagePublished, QueueEngine, QueuePolicy, QueueSnapshot
-from amps.queue.bulk import _CHUNK_WORDS, add_constant, or_bytes, select
+from amps.queue.bulk import _CHUNK_WORDS, add_constant, or_bytes, select, sorted_members
 from amps.queue.recovery import HINT_EXPIRY_DERIVED, HINT_SEQS_IN_ORDER
 from amps.queue.snapshot_codec import decode_snapshot, encode_snapshot
 from amps.queue.state import QueueState
@@ -273,3 +273,17 @@ def test_many_publishers_with_compacted_and_uncompacted_garbage() -> None:
         restored = QueueEngine.restore(QueuePolicy(), snap, 0)
         restored.check_invariants()
         assert fingerprint(restored) == fingerprint(reference_restore(QueuePolicy(), snap, 0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sets(st.integers(-5, 400), max_size=120),
+    st.sets(st.integers(-5, 400), max_size=120),
+)
+def test_sorted_members_marks_exactly_the_values_among_the_members(
+    values: set[int], members: set[int]
+) -> None:
+    """A snapshot's look-up of each bookmark run in the live txids (both increasing)."""
+    wanted = array("q", sorted(values))
+    found = array("q", sorted(members))
+    assert sorted_members(wanted, found) == bytes(v in members for v in wanted)
