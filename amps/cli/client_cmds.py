@@ -20,6 +20,7 @@ import click
 
 if TYPE_CHECKING:
     from amps.client import Client, Message, PublishFailure
+    from amps.errors import AmpsError
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -136,6 +137,11 @@ async def _connect(client: Client, servers: str, timeout_s: float) -> int | None
     return None
 
 
+def _report_lost(server: str, error: AmpsError) -> None:
+    """Say why a connection ended; the client reconnects (or fails over) on its own."""
+    click.echo(f"amps: connection to {server} lost: {error}; reconnecting", err=True)
+
+
 def message_json(message: Message) -> dict[str, Any]:
     """The JSON object printed for one message (payload parsed when it is JSON)."""
     import orjson
@@ -208,6 +214,7 @@ async def _publish(
         client_name or _default_name("publish"),
         **_logon_options(),
         publish_failed_callback=report,
+        connection_lost_callback=_report_lost,
     )
     status = await _connect(client, servers, connect_timeout)
     if status is not None:
@@ -362,6 +369,7 @@ async def _subscribe(
             client_name or _default_name("subscribe"),
             **_logon_options(),
             bookmark_store=bookmark_store,
+            connection_lost_callback=_report_lost,
         )
     except (OSError, ValueError) as error:
         click.echo(f"amps: bookmark store: {error}", err=True)

@@ -58,6 +58,7 @@ class Client:
         logon_timeout_s: float = 10.0,
         resume_timeout_s: float = 30.0,
         publish_failed_callback: Callable[[PublishFailure], None] | None = None,
+        connection_lost_callback: Callable[[str, AmpsError], None] | None = None,
         bookmark_store: BookmarkStore | str | os.PathLike[str] | None = None,
         random: Random | None = None,
     ) -> None:
@@ -80,6 +81,9 @@ class Client:
             max_messages=publish_store_max_messages, max_bytes=publish_store_max_bytes
         )
         self._publisher = Publisher(store, publish_failed_callback)
+        # Told (server, why) of each lost connection the client reconnects from; a loss it does
+        # not recover from is raised by the calls instead.
+        self._connection_lost_callback = connection_lost_callback
         self._acks = QueueAcker(
             batch_size=ack_batch_size, timeout_ms=ack_timeout_ms, next_cmd_id=self._cmd_id
         )
@@ -200,6 +204,8 @@ class Client:
         if isinstance(error, NameInUse) or not self._reconnect:
             self._fail(error)
             return
+        if self._connection_lost_callback is not None:
+            self._connection_lost_callback(conn.target, error)
         self._state = "reconnecting"
         self._reconnect_count += 1
         self._spawn(self._reconnect_loop())

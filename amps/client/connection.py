@@ -30,10 +30,18 @@ CONNECT_METHOD = "/amps.v1.Amps/Connect"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # A frame stays well under the gRPC message limit even with large payloads.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
+# How long a failed write waits for the reader to name the loss: the reader ends at once when
+# the stream has ended (it is then done), so this bounds only a stream that is still up.
+READ_GRACE_S = 1.0
 
 # Sees the messages of each received frame at once (a frame carries up to hundreds).
 MessagesHandler = Callable[[Iterable[client_pb2.ServerMessage]], None]
 LostHandler = Callable[["Connection", AmpsError], None]
+
+
+def closed_by_instance(disconnect: client_pb2.Disconnect) -> AmpsError:
+    """The instance's own reason for ending the stream, as the error class it names."""
+    return error_for_code(disconnect.error_code, f"closed by the instance: {disconnect.reason}")
 
 
 def broken_error(error: BaseException) -> AmpsError:
@@ -83,6 +91,9 @@ class Connection:
         self._linger: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.lost: AmpsError | None = None
+        # Why the instance ended the stream, from its last message (`Disconnect`): preferred to
+        # what gRPC reports, which can be INTERNAL when a write met the end (grpc/grpc#36066).
+        self.closed_by: AmpsError | None = None
         self._closing = False
         self.frames_sent = 0
         self.frames_received = 0
@@ -135,9 +146,13 @@ class Connection:
             self.frames_received += 1
             messages: list[client_pb2.ServerMessage] = list(frame.messages)
             for index, message in enumerate(messages):
-                if message.WhichOneof("body") == "ack" and message.ack.cmd_id == cmd_id:
+                body = message.WhichOneof("body")
+                if body == "ack" and message.ack.cmd_id == cmd_id:
                     self._on_messages(messages[:index])
                     return message.ack
+                if body == "disconnect":  # e.g. LogonTimeout passed on a slow logon
+                    self._on_messages(messages[:index])
+                    raise closed_by_instance(message.disconnect)
             self._on_messages(messages)
 
     def start(self) -> None:
@@ -234,7 +249,16 @@ class Connection:
         except asyncio.CancelledError:
             raise
         except BaseException as error:
-            self._lose(broken_error(error))
+            await self._write_failed(broken_error(error))
+
+    async def _write_failed(self, error: AmpsError) -> None:
+        """A failed write says little (INTERNAL or "RPC already finished" when the instance
+        ended the stream meanwhile): the reader, which reads the instance's last messages and
+        the stream's status, names the loss; `error` only if it has not within READ_GRACE_S."""
+        reader = self._tasks[1] if len(self._tasks) == 2 else None
+        if reader is not None and not reader.done():
+            await asyncio.wait({reader}, timeout=READ_GRACE_S)
+        self._lose(self.closed_by or error)
 
     async def _wait_linger(self, delay_s: float) -> None:
         """Until `delay_s` has passed or a frame is full (or the connection closes)."""
@@ -262,11 +286,15 @@ class Connection:
                         )
                     raise ConnectionBroken(f"{self.target}: stream ended ({code.name})")
                 self.frames_received += 1
-                self._on_messages(frame.messages)
+                messages = frame.messages
+                # A `Disconnect` is the last message of the last frame: one look per frame.
+                if messages and messages[-1].HasField("disconnect"):
+                    self.closed_by = closed_by_instance(messages[-1].disconnect)
+                self._on_messages(messages)
         except asyncio.CancelledError:
             raise
         except BaseException as error:
-            self._lose(broken_error(error))
+            self._lose(self.closed_by or broken_error(error))
 
     async def run_heartbeat(self, interval_s: float) -> None:
         """Ask for heartbeats, send ours, and break the link after 2 silent intervals (§7.3)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from amps.expr import Filter
     from amps.security.users import Entitlements
     from amps.server.topics import TopicMatcher
+
+log = logging.getLogger("amps.session")
 
 
 @dataclass(eq=False, slots=True)
@@ -136,8 +139,15 @@ class Session:
         asyncio.get_running_loop().call_soon(self._on_end, self)
 
     def kick(self, error: errors.AmpsError) -> None:
-        """Disconnect this session with a status a client can read."""
-        self.outbox.close((grpc_status_for(error).value[0], f"{error.reason}: {error.message}"))
+        """Disconnect this session with a status a client can read, its reason also sent as the
+        stream's last message (`Disconnect`: grpc.aio may report INTERNAL instead of the status
+        when the client's next write meets the stream's end, grpc/grpc#36066)."""
+        if self.outbox.closed:
+            return
+        reason = f"{error.reason}: {error.message}"
+        log.info("client %s disconnected: %s", self.outbox.name or self.peer, reason)
+        self.send(pb.ServerMessage(disconnect=pb.Disconnect(reason=reason, error_code=error.code)))
+        self.outbox.close((grpc_status_for(error).value[0], reason))
 
     def abort_code(self) -> tuple[grpc.StatusCode, str] | None:
         if self.outbox.close_reason is None:

@@ -362,6 +362,7 @@ class ServerMessage(_message.Message):
     GROUP_BEGIN_FIELD_NUMBER: _builtins.int
     GROUP_END_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
+    DISCONNECT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def ack(self) -> Global___Ack: ...
     @_builtins.property
@@ -372,6 +373,8 @@ class ServerMessage(_message.Message):
     def group_end(self) -> Global___GroupEnd: ...
     @_builtins.property
     def heartbeat(self) -> Global___Heartbeat: ...
+    @_builtins.property
+    def disconnect(self) -> Global___Disconnect: ...
     def __init__(
         self,
         *,
@@ -380,16 +383,47 @@ class ServerMessage(_message.Message):
         group_begin: Global___GroupBegin | None = ...,
         group_end: Global___GroupEnd | None = ...,
         heartbeat: Global___Heartbeat | None = ...,
+        disconnect: Global___Disconnect | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "delivery", b"delivery", "group_begin", b"group_begin", "group_end", b"group_end", "heartbeat", b"heartbeat"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "delivery", b"delivery", "disconnect", b"disconnect", "group_begin", b"group_begin", "group_end", b"group_end", "heartbeat", b"heartbeat"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "delivery", b"delivery", "group_begin", b"group_begin", "group_end", b"group_end", "heartbeat", b"heartbeat"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "delivery", b"delivery", "disconnect", b"disconnect", "group_begin", b"group_begin", "group_end", b"group_end", "heartbeat", b"heartbeat"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["ack", "delivery", "group_begin", "group_end", "heartbeat"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["ack", "delivery", "group_begin", "group_end", "heartbeat", "disconnect"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
 Global___ServerMessage: _TypeAlias = ServerMessage  # noqa: Y015
+
+@_typing.final
+class Disconnect(_message.Message):
+    """The last message of a stream the instance ends on purpose (IdleTimeout, LogonTimeout, a
+    replaced client name, a disabled transport, ...), ahead of a status with the same reason:
+    grpc.aio reports INTERNAL instead of that status when a client's write meets the stream's
+    end (grpc/grpc#36066), so the reason also travels in band.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """An AMPS reason word and, after ": ", the detail, as in Ack.reason."""
+    error_code: _builtins.str
+    """Stable error code of the AmpsError class, as in Ack.error_code."""
+    def __init__(
+        self,
+        *,
+        reason: _builtins.str = ...,
+        error_code: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Disconnect: _TypeAlias = Disconnect  # noqa: Y015
 
 @_typing.final
 class Ack(_message.Message):

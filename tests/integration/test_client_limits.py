@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -10,10 +11,10 @@ import grpc
 import pytest
 
 from amps import errors
-from amps.client import Client
+from amps.client import BlockingClient, Client
 from amps.client.commands import logon_command
 from amps.v1 import client_pb2 as pb
-from tests.harness.instance import InstanceProcess, config_xml
+from tests.harness.instance import InstanceProcess, config_xml, process_env
 
 LIMITS = (
     "<MaxConnections>2</MaxConnections><MaxSubscriptionsPerClient>2</MaxSubscriptionsPerClient>"
@@ -156,3 +157,82 @@ async def test_an_idle_connection_is_closed_but_a_subscriber_is_not(
     finally:
         await idle.close()
         await subscriber.close()
+
+
+# What a client reads when IdleTimeout closes it, whether its next write met the stream's end
+# (gRPC then says INTERNAL) or came later.
+IDLE_CLOSE = (
+    "closed by the instance: connection broken: no command and no subscription for 600 ms "
+    "(IdleTimeout)"
+)
+
+
+def idle_closed(instance: InstanceProcess, client_name: str) -> None:
+    """Wait (blocking) until the instance has logged closing `client_name` as idle."""
+    line = instance.wait_for_output(f"client {client_name!r} (", timeout_s=30)
+    assert "(IdleTimeout)" in line, line
+
+
+@pytest.mark.parametrize("instance", [IDLE_TIMEOUT], indirect=True, ids=["IdleTimeout"])
+async def test_a_write_that_meets_the_idle_close_fails_with_the_instances_reason(
+    instance: InstanceProcess,
+) -> None:
+    """issue 8: gRPC reported INTERNAL when the client's write met the end of the stream."""
+    for attempt in range(3):  # the race went the other way about one time in five
+        name = f"idle-{attempt}"
+        client = Client(name, reconnect=False)
+        await client.connect(instance.address)
+        # This loop is held until the instance has ended the stream, so nothing here has seen
+        # the end yet when the publish below is written: the write meets it.
+        idle_closed(instance, name)
+        try:
+            await client.publish("orders", b"{}")
+            with pytest.raises(errors.ConnectionBroken) as raised:
+                await client.flush(30)
+            assert str(raised.value) == IDLE_CLOSE
+        finally:
+            await client.close()
+
+
+def publish_and_flush(client: BlockingClient) -> None:
+    client.publish("orders", b"{}")
+    client.flush(30)
+
+
+@pytest.mark.parametrize("instance", [IDLE_TIMEOUT], indirect=True, ids=["IdleTimeout"])
+def test_the_blocking_client_fails_with_the_instances_reason(instance: InstanceProcess) -> None:
+    client = BlockingClient("idle-blocking", reconnect=False)
+    try:
+        client.connect(instance.address)
+        idle_closed(instance, "idle-blocking")
+        with pytest.raises(errors.ConnectionBroken) as raised:
+            publish_and_flush(client)
+        assert str(raised.value) == IDLE_CLOSE
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("instance", [IDLE_TIMEOUT], indirect=True, ids=["IdleTimeout"])
+async def test_amps_publish_says_why_it_reconnected(instance: InstanceProcess) -> None:
+    publisher = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "amps", "publish", "--server", instance.address,
+        "--topic", "orders", "--client-name", "idle-cli",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=process_env(),
+    )  # fmt: skip
+    assert publisher.stdin is not None
+    try:
+        publisher.stdin.write(b'{"id":1}\n')
+        await publisher.stdin.drain()
+        await asyncio.to_thread(idle_closed, instance, "idle-cli")
+        publisher.stdin.write(b'{"id":2}\n')
+        publisher.stdin.close()
+        _, stderr = await asyncio.wait_for(publisher.communicate(), 60)
+    finally:
+        if publisher.returncode is None:
+            publisher.kill()
+            await publisher.wait()
+    text = stderr.decode()
+    assert publisher.returncode == 0, text
+    assert f"amps: connection to {instance.address} lost: {IDLE_CLOSE}" in text
+    assert "2 persisted" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from amps.client import Client
 from amps.errors import ConnectionBroken
-from tests.harness.instance import InstanceProcess, amps_cli, config_xml
+from tests.harness.instance import InstanceProcess, amps_cli, config_xml, process_env
 from tests.harness.streams import take
 from tests.integration.test_admin import WORK_QUEUE, eventually, get_json
 
@@ -92,3 +93,34 @@ async def test_a_disabled_transport_refuses_logons_until_enabled_then_drops_its_
     (transport,) = json.loads(listing.stdout)["transports"]
     assert (transport["state"], transport["initial_state"]) == ("disabled", "disabled")
     assert transport["port"] == inst.port
+
+
+async def test_amps_subscribe_says_why_its_connection_ended(instance: InstanceProcess) -> None:
+    """issue 8: the instance's reason for ending the stream reaches the command's user."""
+    async with Client("publisher") as publisher:
+        await publisher.connect(instance.address)
+        await publisher.publish("orders", b'{"id":1}')
+        await publisher.flush(TIMEOUT_S)
+    subscriber = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "amps", "subscribe", "--server", instance.address,
+        "--topic", "orders", "--bookmark", "epoch",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=process_env(),
+    )  # fmt: skip
+    assert subscriber.stdout is not None
+    assert subscriber.stderr is not None
+    try:
+        # Logged on and subscribed once it prints the message replayed from the log.
+        line = await asyncio.wait_for(subscriber.stdout.readline(), TIMEOUT_S)
+        assert b'"id":1' in line, line
+        disabled = await asyncio.to_thread(
+            amps_cli, "admin", "transport", "disable", "grpc",
+            "--server", f"127.0.0.1:{instance.admin_port}", "--yes",
+        )  # fmt: skip
+        assert disabled.returncode == 0, disabled.stderr
+        said = await asyncio.wait_for(subscriber.stderr.readline(), TIMEOUT_S)
+    finally:
+        subscriber.kill()
+        await subscriber.wait()
+    reason = "closed by the instance: transport disabled: transport 'grpc' is disabled"
+    assert said.decode().startswith(f"amps: connection to {instance.address} lost: {reason}")
+    assert said.decode().rstrip().endswith("; reconnecting"), said

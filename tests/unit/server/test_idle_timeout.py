@@ -11,6 +11,7 @@ from amps.config.model import ClientLimits
 from amps.server.client_service import _watch_timeouts
 from amps.server.send_budget import SendBudget
 from amps.server.session import Session
+from amps.v1 import client_pb2 as pb
 
 IDLE = ClientLimits(logon_timeout_ms=0, idle_timeout_ms=50)
 
@@ -63,3 +64,17 @@ async def test_an_idle_timeout_shorter_than_the_logon_timeout_holds() -> None:
         await _watch_timeouts(session, limits, lambda _session: False)
     assert session.outbox.close_reason is not None
     assert "(IdleTimeout)" in session.outbox.close_reason[1]
+
+
+async def test_the_reason_is_also_the_streams_last_message() -> None:
+    """A client whose write meets the stream's end reads the reason from this message (gRPC may
+    then report INTERNAL instead of the status, grpc/grpc#36066)."""
+    session = logged_on()
+    async with asyncio.timeout(30):
+        await _watch_timeouts(session, IDLE, lambda _session: False)
+    async with asyncio.timeout(30):
+        frames = [pb.ServerFrame.FromString(frame) async for frame in session.outbox.frames()]
+    disconnect = frames[-1].messages[-1].disconnect
+    assert session.outbox.close_reason is not None
+    assert disconnect.reason == session.outbox.close_reason[1]
+    assert disconnect.error_code == "connection_broken"
