@@ -1,9 +1,10 @@
 """The transaction log: segment files, group-commit fsync, recovery, reads (L1-L8). [io]
 
-Appends are synchronous and only buffer; `commit()` writes and fsyncs everything buffered in a
-writer thread of the journal's own, so the event loop keeps accepting appends meanwhile, and one
-fsync covers every record appended since the previous one. A failed write or fsync fails the
-journal for good.
+Appends are synchronous and only buffer; `commit()` writes and fsyncs everything buffered while
+the event loop keeps accepting appends, and one fsync covers every record appended since the
+previous one. A small batch is written on the loop and fsynced by the kernel (kernel_fsync.py);
+a large one, a segment's rotation or a checkpoint goes to a writer thread of the journal's own.
+A failed write or fsync fails the journal for good.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from amps.log.bookmarks import BookmarkSpec
 from amps.log.compressed import COMPRESSED_SUFFIX, compress_segment
 from amps.log.dedup import PublisherMarks
 from amps.log.kept_frames import KeptFrames
+from amps.log.kernel_fsync import KernelFsync
 from amps.log.lookup import find_start
 from amps.log.marks_file import read_marks, write_marks
 from amps.log.reader import Segment, SegmentReader
@@ -63,6 +65,9 @@ FsyncObserver = Callable[[float], None]
 # runs at; 32 MiB took up to ~0.45 s of every restart). Each checkpoint rewrites the segment's
 # sparse index (24 bytes per 64 KiB), under 5 % more bytes written even in a 1 GiB segment.
 CHECKPOINT_EVERY_BYTES = 8 << 20
+# A batch up to this size is written on the event loop (a page-cache copy of tens of us) and its
+# fsync run by the kernel; a larger one is written from the writer thread, beside the loop.
+INLINE_COMMIT_MAX_BYTES = 64 << 10
 # What the writer thread reports for a batch: each fsync's duration, or what went wrong.
 FlushResult = list[float] | BaseException
 
@@ -176,6 +181,9 @@ def _seq_ranges(heads: Sequence[tuple[int, ...]]) -> dict[int, tuple[int, int]]:
 class Journal:
     """A directory of append-only segments `<first txid>.journal`, each sealed with a summary."""
 
+    # Small batches fsynced by the kernel where it can (tests turn it off for the writer thread).
+    kernel_fsync_allowed = True
+
     def __init__(self, directory: Path, *, segment_size_bytes: int, flush_interval_ms: int,
                  instance_name: str, group: str, read_only: bool,
                  archive_directory: Path | None = None) -> None:  # fmt: skip
@@ -212,7 +220,11 @@ class Journal:
         self._pending_bytes = 0
         self._writer: SegmentWriter | None = None
         self._writer_thread: _WriterThread | None = None
-        self._flushing = False  # a batch is with the writer thread
+        # The kernel's fsync for small batches: None until the first one; why not, where the
+        # kernel refuses it (the writer thread does every batch then).
+        self._kernel_fsync: KernelFsync | str | None = None
+        self._kernel_fsync_loop: asyncio.AbstractEventLoop | None = None
+        self._flushing = False  # a batch is being written and fsynced
         self._flush_waiters: list[asyncio.Future[None]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._failure: JournalError | None = None
@@ -576,7 +588,7 @@ class Journal:
         await waiter
 
     def _start_flush(self, *, force_checkpoint: bool = False) -> None:
-        batch, last_txid = self._pending, self._next_txid - 1
+        batch, last_txid, size = self._pending, self._next_txid - 1, self._pending_bytes
         self._pending, self._pending_bytes = [], 0
         if self.frames.max_bytes:
             # The batch holds the frames of the txids after the last batch's (the one before
@@ -600,13 +612,100 @@ class Journal:
         if last_txid > self._durable_txid:
             commit = codec.encode_commit(self._durable_txid + 1, last_txid)
             active.add_control(len(commit))
-        if self._writer_thread is None:
-            self._writer_thread = _WriterThread(self._writer)
         self._flushing = True
         loop = asyncio.get_running_loop()
+        if (
+            checkpoint is None
+            and size <= INLINE_COMMIT_MAX_BYTES
+            and (kernel := self._kernel_fsync_on(loop)) is not None
+            and all(type(item) is bytes for item in batch)
+        ):
+            self._flush_inline(kernel, cast(list[bytes], batch), commit, last_txid, loop)
+            return
+        if self._writer_thread is None:
+            self._writer_thread = _WriterThread(self._writer)
         self._writer_thread.submit(
             batch, checkpoint, commit, loop, partial(self._flushed, last_txid)
         )
+
+    def _kernel_fsync_on(self, loop: asyncio.AbstractEventLoop) -> KernelFsync | None:
+        """The kernel's fsync, its eventfd watched by `loop` (opened on first use)."""
+        if self._kernel_fsync is None and self.kernel_fsync_allowed:
+            self._kernel_fsync = opened = KernelFsync.open()
+            if isinstance(opened, str):
+                log.info("%s: fsyncs from the writer thread (%s)", self.directory, opened)
+            else:
+                log.debug("%s: small commits fsynced through io_uring", self.directory)
+        kernel = self._kernel_fsync
+        if not isinstance(kernel, KernelFsync) or not self.kernel_fsync_allowed:
+            return None
+        if self._kernel_fsync_loop is not loop:  # a journal may outlive an asyncio.run
+            self._unwatch_kernel_fsync()
+            loop.add_reader(kernel.eventfd, kernel.reap)
+            self._kernel_fsync_loop = loop
+        return kernel
+
+    @property
+    def fsync_mode(self) -> str:
+        """How small batches are fsynced: "kernel", "thread: <why not the kernel>", or
+        "not yet" before the first commit."""
+        if not self.kernel_fsync_allowed:
+            return "thread: turned off"
+        if isinstance(self._kernel_fsync, str):
+            return f"thread: {self._kernel_fsync}"
+        return "not yet" if self._kernel_fsync is None else "kernel"
+
+    def _unwatch_kernel_fsync(self) -> None:
+        loop, self._kernel_fsync_loop = self._kernel_fsync_loop, None
+        kernel = self._kernel_fsync
+        if loop is not None and not loop.is_closed() and isinstance(kernel, KernelFsync):
+            loop.remove_reader(kernel.eventfd)
+
+    def _flush_inline(
+        self,
+        kernel: KernelFsync,
+        batch: list[bytes],
+        commit: bytes,
+        last_txid: int,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Write `batch` here and have the kernel fsync it; `_flushed` runs once it is done."""
+        writer = self._writer
+        assert writer is not None
+        submitted_ns = perf_counter_ns()
+        try:
+            writer.write_frames(batch)
+            written_ns = perf_counter_ns()
+            kernel.submit(
+                writer.fd,
+                partial(self._fsynced_inline, writer, commit, last_txid, submitted_ns, written_ns),
+            )
+        except OSError as exc:
+            # Reported from the next iteration, as a thread's result would be: the caller
+            # adds its waiter after this returns.
+            now = perf_counter_ns()
+            loop.call_soon(self._flushed, last_txid, exc, CommitTiming(submitted_ns, now, now))
+
+    def _fsynced_inline(
+        self,
+        writer: SegmentWriter,
+        commit: bytes,
+        last_txid: int,
+        submitted_ns: int,
+        written_ns: int,
+        error: OSError | None,
+    ) -> None:
+        fsynced_ns = perf_counter_ns()  # the kernel's fsync and the loop's wake-up to reap it
+        result: FlushResult = [(fsynced_ns - written_ns) / 1e9]
+        if error is not None:
+            result = error
+        else:
+            try:
+                writer.fsynced(commit)
+            except OSError as exc:
+                result = exc
+        timing = CommitTiming(submitted_ns, submitted_ns, perf_counter_ns())
+        self._flushed(last_txid, result, timing)
 
     def _flushed(self, last_txid: int, result: FlushResult, timing: CommitTiming) -> None:
         """On the loop: the writer is done with a batch; wake everyone waiting for it."""
@@ -677,6 +776,10 @@ class Journal:
             if self._writer_thread is not None:
                 self._writer_thread.stop()
                 self._writer_thread = None
+            if isinstance(self._kernel_fsync, KernelFsync):
+                self._unwatch_kernel_fsync()
+                self._kernel_fsync.close()
+                self._kernel_fsync = None
             if self._writer is not None:
                 self._writer.close()
             self.reader.close()

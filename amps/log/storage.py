@@ -316,7 +316,8 @@ class Rotate:
 
 
 class SegmentWriter:
-    """Owns the active segment's file descriptor; runs in a worker thread, one batch at a time."""
+    """Owns the active segment's file descriptor; writes one batch at a time, in the journal's
+    writer thread or (a small batch whose fsync the kernel runs) on the event loop."""
 
     def __init__(self, directory: Path, first_txid: int) -> None:
         self.directory = directory
@@ -376,6 +377,22 @@ class SegmentWriter:
         if checkpoint is not None:
             write_summary(self.directory, checkpoint, checkpoint=True)
         return durations
+
+    @property
+    def fd(self) -> int:
+        """The active segment's descriptor (for an fsync the kernel runs, kernel_fsync.py)."""
+        return self._fd
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        """Write a batch that holds no rotation, without fsyncing it (the caller has it
+        fsynced, then calls `fsynced`)."""
+        _write_parts(self._fd, frames)
+
+    def fsynced(self, commit: bytes) -> None:
+        """The batch of `write_frames` is fsynced: write its commit marker (see `write_batch`)."""
+        self.fsync_count += 1
+        if commit:
+            _write_all(self._fd, commit)
 
     def _fsync(self) -> float:
         started = time.perf_counter()

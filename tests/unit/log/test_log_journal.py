@@ -20,12 +20,23 @@ from amps.log.bookmarks import (
     parse_bookmark_spec,
 )
 from amps.log.codec import SEGMENT_FORMAT_VERSION, encode
-from amps.log.journal import Journal
+from amps.log.journal import INLINE_COMMIT_MAX_BYTES, Journal
+from amps.log.kernel_fsync import KernelFsync
 from amps.log.records import PublishRecord, QueueAction, QueueRecord, TransferRecord
 from amps.log.segments import decode_summary
 from amps.log.storage import format_version, iter_keys
+from tests.harness.failing_disk import fail_fsyncs
 
 SEGMENT_SIZE_BYTES = 16 * 1024
+
+
+@pytest.fixture(autouse=True, params=["kernel", "thread"])
+def fsync_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs twice: small batches fsynced by the kernel, and every batch from
+    the writer thread (where the kernel refuses native AIO)."""
+    if request.param == "thread":
+        monkeypatch.setattr(Journal, "kernel_fsync_allowed", False)
+    return str(request.param)
 
 
 def _open(directory: Path, **kwargs: object) -> Journal:
@@ -384,10 +395,7 @@ async def test_fsync_failure_fails_the_journal(
     journal = _open(tmp_path)
     journal.append_publish(topic="t", data=b"x", publisher_id=9, seq=1, timestamp_us=1)
 
-    def failing_fsync(fd: int) -> None:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(os, "fsync", failing_fsync)
+    fail_fsyncs(monkeypatch)
     with pytest.raises(JournalError, match="fsync failed"):
         await journal.commit()
     monkeypatch.undo()
@@ -397,6 +405,31 @@ async def test_fsync_failure_fails_the_journal(
     with pytest.raises(JournalError):
         await journal.commit()
     await journal.close()
+
+
+async def test_each_commit_takes_the_path_its_batch_needs(tmp_path: Path, fsync_path: str) -> None:
+    """Small batches go to the kernel's fsync (where it has native AIO), large ones to the
+    writer thread; mixed, every record is durable, in order, after a reopen."""
+    journal = _open(tmp_path)
+    available = not isinstance(KernelFsync.open(), str)
+    assert journal.fsync_mode == ("not yet" if fsync_path == "kernel" else "thread: turned off")
+    await _fill(journal, 3)
+    expected = "kernel" if available else journal.fsync_mode
+    assert journal.fsync_mode == (expected if fsync_path == "kernel" else "thread: turned off")
+    small = journal.last_flush
+    assert small is not None
+    if journal.fsync_mode == "kernel":
+        assert small.handoff_ns == 0  # written on the loop: no thread to wake
+    big = b"b" * (INLINE_COMMIT_MAX_BYTES // 4)
+    for seq in range(4, 10):  # past the inline bound: the writer thread
+        journal.append_publish(topic="t", data=big, publisher_id=7, seq=seq, timestamp_us=seq)
+    await journal.commit()
+    await _fill(journal, 3, start_seq=10)
+    assert journal.durable_txid == 12
+    await journal.close()
+    reopened = _open(tmp_path)
+    assert [r.txid for r in reopened.read(1, 100)] == list(range(1, 13))
+    await reopened.close()
 
 
 async def test_flusher_commits_without_being_asked(tmp_path: Path) -> None:
@@ -613,6 +646,7 @@ async def test_a_checkpoint_costs_its_commit_no_second_fsync(
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
 
+    monkeypatch.setattr(Journal, "kernel_fsync_allowed", False)  # counts the thread's fsyncs
     journal = _open(tmp_path)
     monkeypatch.setattr(os, "fsync", counting_fsync)
     for round_ in range(4):  # ~2,600 bytes a round, one segment: checkpoints at 4 and 8 KiB

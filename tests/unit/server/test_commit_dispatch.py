@@ -5,7 +5,6 @@ released and the links have been stepped in that same loop iteration (issue 8, L
 from __future__ import annotations
 
 import asyncio
-import errno
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,8 @@ import pytest
 from amps.config import load_config
 from amps.errors import JournalError
 from amps.log.journal import Journal
-from amps.log.storage import SegmentWriter
 from amps.server.instance import Instance
+from tests.harness.failing_disk import fail_fsyncs
 
 CONFIG = """<AMPSConfig><Name>a</Name>
 <Transports><Transport><Name>clients</Name><Type>grpc</Type><InetAddr>0</InetAddr></Transport>
@@ -63,11 +62,7 @@ async def test_a_failed_fsync_stops_the_instance_and_acknowledges_nothing(
     instance = Instance(load_config(CONFIG), journal, on_fatal)
     await instance.start(tmp_path)
     try:
-
-        def fail(self: SegmentWriter) -> float:
-            raise OSError(errno.EIO, "disk on fire")
-
-        monkeypatch.setattr(SegmentWriter, "_fsync", fail)
+        fail_fsyncs(monkeypatch, "disk on fire")
         instance.publish_internal("orders", b'{"n":1}')
         waiter = asyncio.ensure_future(instance.wait_durable())
         async with asyncio.timeout(10):
