@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 SCAN_CHUNK_BYTES = 16 << 20
+_FIRST_KEYS_CHUNK_BYTES = 64 << 10
 # Frame header followed by the fields every payload starts with, plus a publish's ids: one unpack
 # per record while scanning. Every valid payload is at least _MIN_PAYLOAD bytes long.
 _SCAN = struct.Struct("<IIIBQQQQ")
@@ -75,7 +76,9 @@ def iter_keys(
     with path.open("rb", buffering=0) as f:
         read = pread or partial(os.pread, f.fileno())  # pread: a compressed segment's reader
         pos = offset
-        size = SCAN_CHUNK_BYTES
+        # os.pread allocates the size it is asked for before it reads: start small, so that a
+        # lookup in a small segment does not cost a 16 MiB buffer, and double up to the chunk.
+        size = _FIRST_KEYS_CHUNK_BYTES
         while True:
             buf = read(size, pos)
             try:
@@ -87,7 +90,7 @@ def iter_keys(
             except CorruptRecord as exc:
                 raise CorruptRecord(exc.message, path.name, pos + exc.offset) from None
             # A frame longer than the chunk: read a larger window from it.
-            size = size * 2 if off == 0 else SCAN_CHUNK_BYTES
+            size = size * 2 if off == 0 else min(size * 2, SCAN_CHUNK_BYTES)
             pos += off
 
 

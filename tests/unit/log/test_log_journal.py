@@ -10,6 +10,7 @@ import pytest
 
 from amps.errors import CorruptRecord, InvalidBookmark, JournalError
 from amps.log import journal as journal_module
+from amps.log import storage as storage_module
 from amps.log.bookmarks import (
     AtBookmark,
     AtTimestamp,
@@ -682,4 +683,34 @@ async def test_a_new_segment_is_checkpointed_like_the_first(
     assert summary is not None
     covered = summary.size_bytes
     assert segments[-1].stat().st_size - covered < 4096 + 10 * 300
+    await journal.close()
+
+
+async def test_keys_are_read_in_growing_chunks_across_frames_larger_than_a_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """iter_keys starts with a small read (a lookup in a small segment allocates no 16 MiB
+    buffer) and doubles it: every record is found, whether a frame spans several first-size
+    chunks or many frames fill the largest one."""
+    monkeypatch.setattr(storage_module, "SCAN_CHUNK_BYTES", 256 << 10)
+    journal = Journal.open(tmp_path / "j", segment_size_bytes=64 << 20)
+    sizes = [100, 200_000, 50, 700_000, 10] + [3_000] * 400
+    for seq, size in enumerate(sizes, start=1):
+        journal.append_publish(
+            topic="t", data=b"d" * size, publisher_id=5, seq=seq, timestamp_us=seq
+        )
+    await journal.commit()
+    (segment,) = list((tmp_path / "j").glob("*.journal"))
+    reads: list[int] = []
+    real_pread = os.pread
+
+    def counting_pread(fd: int, size: int, offset: int) -> bytes:
+        reads.append(size)
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", counting_pread)
+    keys = [(txid, seq) for _offset, _size, txid, _ts, _pub, seq in iter_keys(segment)]
+    assert keys == [(seq, seq) for seq in range(1, len(sizes) + 1)]
+    assert reads[0] == 64 << 10
+    assert max(reads) >= 700_000  # the large frame was read whole
     await journal.close()
