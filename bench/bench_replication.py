@@ -616,7 +616,14 @@ def _send_all(journal: Journal, count: int, *, frames: bool) -> int:
 
     view = _JournalView(journal, frames=frames)
     route = Route("a", DestinationConfig("b", "b", "async", (), (), ".*"))
-    limits = LinkLimits(window_batches=count, window_bytes=1 << 40, max_reads_per_step=count)
+    # One step sends it all: no window and no per-step bound (a catch-up's is one batch).
+    limits = LinkLimits(
+        window_batches=count,
+        window_bytes=1 << 40,
+        catch_up_window_bytes=1 << 40,
+        max_reads_per_step=count,
+        catch_up_batches_per_step=count,
+    )
     core = LinkCore("a", "g", view, {"b": route}, PositionBook(), "b", limits=limits)
     core.handle(Connected(dialled=True), 0)
     actions = core.handle(
