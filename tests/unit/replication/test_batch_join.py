@@ -57,7 +57,8 @@ async def test_a_batch_of_views_of_a_read_is_joined_on_the_loop(tmp_path: Path) 
         chosen = Batch(1, batch.through_txid, ChosenFrames(frames, range(len(frames)), {}))
         with ThreadPoolExecutor(1) as encoder:
             joined = encoded(chosen, (), encoder)
-        assert isinstance(joined, bytes) and len(joined) >= JOIN_OFF_LOOP_BYTES
+        assert isinstance(joined, bytes)
+        assert len(joined) >= JOIN_OFF_LOOP_BYTES
         assert joined == encode_batch(batch)
     finally:
         await journal.close()
@@ -76,7 +77,8 @@ async def test_batches_joined_off_the_loop_reach_the_peer_in_order(tmp_path: Pat
         sent = [f for f in a_end.written if isinstance(f, Batch)]
         assert [len(f.records) for f in sent if len(f.records) >= 1000], "no full batch"
         throughs = [f.through_txid for f in sent]
-        assert throughs == sorted(throughs) and throughs[-1] == total
+        assert throughs == sorted(throughs)
+        assert throughs[-1] == total
         assert [r.origin_txid for r in b.journal.read(1, total)] == list(range(1, total + 1))
         started = set(threading.enumerate()) - before
         assert any(t.name.startswith("link-encoder") for t in started), started
