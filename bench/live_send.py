@@ -3,9 +3,7 @@ appends and commits a batch of 1 KB publishes with its frames kept for a link, a
 then the link's batch of them is encoded as the stream writes it (`encode_batch`, the kept
 frames shipped as appended) and the frames sent are dropped. Process CPU per record, best of
 `rounds`: what a destination adds to the publishing instance's loop, without gRPC and without
-the neighbours' share of the machine, so two trees compare on a shared one. The batch is
-encoded again as the link does (`encoded`: a full batch is joined on an encoder thread): the
-loop thread's CPU for it, and the process's (both threads, until the bytes are back).
+the neighbours' share of the machine, so two trees compare on a shared one.
 
 `.venv/bin/python -m bench.bench_replication --only send [--rounds N]` (journal in TMPDIR).
 """
@@ -16,7 +14,6 @@ import asyncio
 import shutil
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from amps.log.journal import Journal
@@ -24,18 +21,11 @@ from amps.log.records import PublishRecord
 from amps.server.app import fix_malloc_mmap_threshold
 from replication.convert import encode_batch
 from replication.frames import Batch
-from replication.link import KEPT_FRAMES_BYTES, encoded
+from replication.link import KEPT_FRAMES_BYTES
 
-BATCH_RECORDS = 1000  # a link's full batch of 1 KB publishes (a read's most: 1.03 MiB)
+BATCH_RECORDS = 950  # a link's batch of 1 KB publishes (1 MiB)
 PAYLOAD = b'{"pad":"' + b"x" * 1000 + b'"}'
-STEPS = (
-    "append, frames kept",
-    "append, none kept",
-    "encode",
-    "encode as the link does, the loop's thread",
-    "encode as the link does, the process",
-    "drop",
-)
+STEPS = ("append, frames kept", "append, none kept", "encode", "drop")
 
 
 class _Publisher:
@@ -66,7 +56,6 @@ async def _costs(root: Path, rounds: int) -> dict[str, float]:
     journal = Journal.open(root / "journal", instance_name="a", group="a")
     publisher = _Publisher(journal)
     best = dict.fromkeys(STEPS, float("inf"))
-    encoder = ThreadPoolExecutor(1, thread_name_prefix="link-encoder")
     try:
         for _ in range(rounds):
             _records, seconds = await publisher.batch(keep=False)
@@ -77,22 +66,11 @@ async def _costs(root: Path, rounds: int) -> dict[str, float]:
             started = time.process_time()
             encode_batch(batch, journal.frames)
             best["encode"] = min(best["encode"], time.process_time() - started)
-            started, loop_started = time.process_time(), time.thread_time()
-            queued = encoded(batch, (journal.frames,), encoder)
-            loop = time.thread_time() - loop_started
-            if isinstance(queued, asyncio.Future):
-                await queued
-            process = time.process_time() - started
-            step = "encode as the link does, the loop's thread"
-            best[step] = min(best[step], loop)
-            step = "encode as the link does, the process"
-            best[step] = min(best[step], process)
             started = time.process_time()
             journal.drop_frames_before(batch.through_txid + 1)
             best["drop"] = min(best["drop"], time.process_time() - started)
         return {step: seconds / BATCH_RECORDS for step, seconds in best.items()}
     finally:
-        encoder.shutdown()
         await journal.close()
 
 

@@ -186,22 +186,15 @@ _RECORDS = _tag(pb.Batch, "records", True)
 
 def encode_batch(batch: Batch, *kept: Mapping[int, bytes]) -> bytes:
     """The serialised LinkFrame of `to_pb(batch, *kept)` (the same message once parsed),
-    written directly: the record frames are copied once, into these bytes."""
-    return b"".join(batch_pieces(batch, *kept)[0])
-
-
-def batch_pieces(batch: Batch, *kept: Mapping[int, bytes]) -> tuple[list[bytes | memoryview], int]:
-    """The pieces whose join is `encode_batch(batch, *kept)`, and that join's size (a link may
-    join them off its event loop). The records field comes last, so the frames follow one
-    head."""
+    written directly: the record frames are copied once, into these bytes. The records field
+    comes last so that the frames follow one head."""
     parts = _record_parts(batch, kept)
     size = sum(map(len, parts))
     fields = b"".join((
         _BATCH_ID, _varint(batch.batch_id), _THROUGH_TXID, _varint(batch.through_txid),
         _RECORD_COUNT, _varint(len(batch.records)), _RECORDS, _varint(size),
     ))  # fmt: skip
-    head = b"".join((_LINK_BATCH, _varint(len(fields) + size), fields))
-    return [head, *parts], len(head) + size
+    return b"".join([_LINK_BATCH, _varint(len(fields) + size), fields, *parts])
 
 
 def _framed(record: Record, kept: tuple[Mapping[int, bytes], ...]) -> bytes:

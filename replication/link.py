@@ -17,8 +17,7 @@ import os
 import secrets
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
 from pathlib import Path
 from time import perf_counter_ns, time_ns
 from typing import TYPE_CHECKING, Any, Protocol
@@ -38,8 +37,8 @@ from replication.admission import Admission
 from replication.convert import (
     BadFrame,
     WireBatch,
-    batch_pieces,
     decode_link_frame,
+    encode_batch,
     from_pb,
     to_pb,
 )
@@ -93,13 +92,6 @@ KEPT_FRAMES_BYTES = 64 * 1024 * 1024
 # Log advances and batches in flight timed per link (hops statistics); older ones are dropped.
 MAX_TIMED = 1024
 GRPC_MAX_FRAME_BYTES = 64 * 1024 * 1024
-# CPython's bytes.join copies without holding the GIL when the result is at least 1 MiB and
-# every piece is a bytes object (Objects/stringlib/join.h, GIL_THRESHOLD; checked on 3.11): a
-# full-rate batch of kept frames is then joined on the links' encoder thread while the loop
-# goes on (docs/benchmarks.md, "The batch's join off the loop"). A smaller batch, or one with
-# views of a read (catching up), would hold the GIL there as well: it is joined on the loop.
-JOIN_OFF_LOOP_BYTES = 1 << 20
-_BYTES = {bytes}
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", GRPC_MAX_FRAME_BYTES),
     ("grpc.max_send_message_length", GRPC_MAX_FRAME_BYTES),
@@ -108,8 +100,6 @@ _CHANNEL_OPTIONS = [
 
 # What a stream writes: a LinkFrame, or a batch's LinkFrame already serialised (encode_batch).
 Outgoing = pb.LinkFrame | bytes
-# What a session queues: that, or a batch's bytes being joined on the encoder thread.
-Queued = Outgoing | asyncio.Future[bytes]
 _SERVICE = pb.DESCRIPTOR.services_by_name["Replication"].full_name
 _LINK_METHOD = "Link"
 
@@ -136,7 +126,7 @@ class _Session:
         self.stream = stream
         self.generation = generation
         # (frame, the txid a batch ends at or 0, when it was queued) or None: close
-        self.outgoing: asyncio.Queue[tuple[Queued, int, int] | None] = asyncio.Queue()
+        self.outgoing: asyncio.Queue[tuple[Outgoing, int, int] | None] = asyncio.Queue()
         self.closed = asyncio.Event()  # asked to close (or the writer ended)
         self.finished = asyncio.Event()  # detached from its core: the core is IDLE again
         self.timer: asyncio.TimerHandle | None = None
@@ -245,9 +235,6 @@ class Replicator:
         self.topology = Topology(config.name, config.group, config.queues, destinations)
         if self.routes:
             instance.journal.keep_frames(KEPT_FRAMES_BYTES)
-        # One thread (started at its first batch), so batches are joined in the order sent;
-        # each session's writer awaits them in that order too.
-        self._encoder = ThreadPoolExecutor(1, thread_name_prefix="link-encoder")
         self.cores: dict[str, LinkCore] = {}
         self._sessions: dict[str, _Session] = {}
         self._generation = 0
@@ -329,7 +316,6 @@ class Replicator:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.stop(grace=0.2)
-        self._encoder.shutdown(wait=False, cancel_futures=True)
         self.save_positions()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
@@ -740,8 +726,7 @@ class Replicator:
             if item is None:
                 session.closed.set()
                 return
-            queued, through, queued_ns = item
-            message = await queued if isinstance(queued, asyncio.Future) else queued
+            message, through, queued_ns = item
             await session.stream.write(message)
             if through:
                 written_ns = perf_counter_ns()
@@ -830,7 +815,7 @@ class Replicator:
                     through = frame.through_txid
                     sent = True
                 message = (
-                    encoded(frame, self._log.frames, self._encoder)
+                    encode_batch(frame, *self._log.frames)
                     if isinstance(frame, Batch)
                     else to_pb(frame)
                 )
@@ -968,15 +953,6 @@ class Replicator:
                 os.replace(temporary, self._positions_path)
             except OSError as exc:
                 log.warning("cannot save replication positions: %s", exc)
-
-
-def encoded(batch: Batch, kept: Sequence[Mapping[int, bytes]], encoder: Executor) -> Queued:
-    """The batch's LinkFrame bytes (`encode_batch`), or their join under way on `encoder` when
-    it runs there without the GIL (JOIN_OFF_LOOP_BYTES)."""
-    pieces, size = batch_pieces(batch, *kept)
-    if size >= JOIN_OFF_LOOP_BYTES and set(map(type, pieces)) == _BYTES:
-        return asyncio.get_running_loop().run_in_executor(encoder, b"".join, pieces)
-    return b"".join(pieces)
 
 
 def _discard(read: asyncio.Future[object]) -> None:
