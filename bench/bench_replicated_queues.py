@@ -64,6 +64,7 @@ from tests.harness.instance import InstanceProcess
 # A snapshot of 500,000 messages spaces the next by 50 times its CPU cost (~30 s here).
 SNAPSHOT_WAIT_S = 120.0
 SNAPSHOTS = re.compile(r"snapshots since the start: (\d+), ([\d.]+) s of CPU")
+COST = re.compile(r"snapshot of \d+ messages took ([\d.]+) s of CPU")
 
 
 @contextlib.contextmanager
@@ -191,9 +192,11 @@ def snapshot_cost(instance: InstanceProcess, name: str, seconds: float) -> str:
     if not found:
         return "snapshots: no line about a costly one"
     taken, cpu_s = int(found[-1][1]), float(found[-1][2])
+    costly = sorted(float(m[1]) for line in instance.output if (m := COST.search(line)))
     return (f"snapshots on {name} over the fill and the acks ({seconds:.0f} s): "
             f"{taken} taken, {cpu_s:.2f} s of CPU on its loop, {cpu_s / seconds * 60:.2f} s a "
-            f"minute ({cpu_s / seconds:.1%})")  # fmt: skip
+            f"minute ({cpu_s / seconds:.1%}); the {len(costly)} over 0.1 s: median "
+            f"{percentile(costly, 0.5):.3f} s, max {costly[-1]:.3f} s")  # fmt: skip
 
 
 def main() -> None:

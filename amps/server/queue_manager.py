@@ -56,7 +56,8 @@ class QueueManager:
         self.store: QueueStore | None = None
         self._stored: dict[str, StoredQueue] = {}
         self._checkpointer: asyncio.Task[None] | None = None
-        # Snapshots taken since the start and their CPU on the loop (said in the log lines).
+        # Snapshots taken since the start and their CPU on the loop, attempts not stored
+        # included (said in the log lines).
         self.snapshots = 0
         self.snapshots_cpu_s = 0.0
         self._indexer: asyncio.Task[None] | None = None
@@ -602,7 +603,9 @@ class QueueManager:
                     snapshot_bytes = queue_snapshot.encode(snap)
                     self._taken(driver, now, time.thread_time() - started, changes)
                 else:
-                    spacing.attempted(now, time.thread_time() - started)
+                    cost = time.thread_time() - started
+                    spacing.attempted(now, cost)
+                    self.snapshots_cpu_s += cost  # the loop's CPU all the same
                     snapshot_txid = 0
             elif due:
                 changes = _changes(driver)
