@@ -31,7 +31,7 @@ from amps.queue.statistics import QueueStatistics
 
 INTERVAL_S = 5.0
 SPREAD = 50.0
-REPLAY_BOUND = 50_000
+REPLAY_BOUND = 100_000
 BUDGET = 10.0
 
 

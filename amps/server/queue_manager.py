@@ -575,7 +575,7 @@ class QueueManager:
         """Store each changed queue's recovery point and, when due, its snapshot, once what
         they reflect is durable. When a snapshot is due is amps/queue/snapshot_spacing.py:
         every checkpoint, spaced to 50 times its CPU on the loop's thread for a large queue,
-        sooner once a restart would replay 50,000 messages in or out since the last, never
+        sooner once a restart would replay 100,000 messages in or out since the last, never
         sooner than 10 times its CPU after the last."""
         now = asyncio.get_running_loop().time()
         taken: list[tuple[QueueDriver, int, bytes | None, int]] = []
