@@ -675,16 +675,27 @@ class Journal:
         submitted_ns = perf_counter_ns()
         try:
             writer.write_frames(batch)
-            written_ns = perf_counter_ns()
-            kernel.submit(
-                writer.fd,
-                partial(self._fsynced_inline, writer, commit, last_txid, submitted_ns, written_ns),
-            )
         except OSError as exc:
             # Reported from the next iteration, as a thread's result would be: the caller
             # adds its waiter after this returns.
             now = perf_counter_ns()
             loop.call_soon(self._flushed, last_txid, exc, CommitTiming(submitted_ns, now, now))
+            return
+        written_ns = perf_counter_ns()
+        done = partial(self._fsynced_inline, writer, commit, last_txid, submitted_ns, written_ns)
+        try:
+            kernel.submit(writer.fd, done)
+        except OSError as exc:
+            # The ring refused the request, not the disk: the writer thread fsyncs what is
+            # written (an empty batch) and writes the marker, and takes every batch from now on.
+            log.warning("%s: io_uring refused an fsync (%s); fsyncs from the writer thread",
+                        self.directory, exc)  # fmt: skip
+            self._unwatch_kernel_fsync()
+            kernel.close()
+            self._kernel_fsync = f"io_uring refused an fsync: {exc}"
+            if self._writer_thread is None:
+                self._writer_thread = _WriterThread(writer)
+            self._writer_thread.submit([], None, commit, loop, partial(self._flushed, last_txid))
 
     def _fsynced_inline(
         self,
