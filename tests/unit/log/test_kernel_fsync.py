@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from amps.log.kernel_fsync import KernelFsync
+from amps.log.journal import Journal
+from amps.log.kernel_fsync import FsyncDone, KernelFsync
 
 
 @pytest.fixture
@@ -65,3 +66,33 @@ def test_a_closed_context_refuses_work(kernel: KernelFsync, tmp_path: Path) -> N
     kernel.close()  # twice is harmless
     with pytest.raises(OSError, match="closed"):
         kernel.submit(0, lambda _error: None)
+
+
+async def _publish(journal: Journal, seqs: range) -> None:
+    for seq in seqs:
+        journal.append_publish(topic="t", data=b"x" * 99, publisher_id=3, seq=seq, timestamp_us=seq)
+    await journal.commit()
+
+
+async def test_a_refused_request_falls_back_to_the_writer_thread(
+    kernel: KernelFsync, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ring refusing a request is not the disk failing: the journal's batch already
+    written is fsynced by its writer thread, and every later batch goes there too."""
+    kernel.close()  # the fixture's only says the ring is available here
+    journal = Journal.open(tmp_path / "j")
+    await _publish(journal, range(1, 3))
+    assert journal.fsync_mode == "kernel"
+
+    def refusing_submit(self: KernelFsync, fd: int, done: FsyncDone) -> None:
+        raise OSError(errno.EBUSY, "Device or resource busy")
+
+    monkeypatch.setattr(KernelFsync, "submit", refusing_submit)
+    await _publish(journal, range(3, 5))
+    assert journal.durable_txid == 4
+    assert journal.fsync_mode.startswith("thread: io_uring refused an fsync")
+    await _publish(journal, range(5, 7))
+    await journal.close()
+    reopened = Journal.open(tmp_path / "j")
+    assert [record.txid for record in reopened.read(1, 100)] == list(range(1, 7))
+    await reopened.close()

@@ -433,32 +433,6 @@ async def test_each_commit_takes_the_path_its_batch_needs(tmp_path: Path, fsync_
     await reopened.close()
 
 
-async def test_a_refused_io_uring_request_falls_back_to_the_writer_thread(
-    tmp_path: Path, fsync_path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The ring refusing a request is not the disk failing: the batch already written is
-    fsynced by the writer thread, and every later batch goes there too."""
-    if fsync_path != "kernel" or isinstance(KernelFsync.open(), str):
-        pytest.skip("the io_uring path only")
-    journal = _open(tmp_path)
-    await _fill(journal, 2)
-    assert journal.fsync_mode == "kernel"
-
-    def refusing_submit(self: KernelFsync, fd: int, done: object) -> None:
-        raise OSError(16, "Device or resource busy")
-
-    monkeypatch.setattr(KernelFsync, "submit", refusing_submit)
-    await _fill(journal, 2, start_seq=3)
-    assert journal.durable_txid == 4
-    assert journal.fsync_mode.startswith("thread: io_uring refused an fsync")
-    await _fill(journal, 2, start_seq=5)
-    assert journal.durable_txid == 6
-    await journal.close()
-    reopened = _open(tmp_path)
-    assert [r.txid for r in reopened.read(1, 100)] == list(range(1, 7))
-    await reopened.close()
-
-
 async def test_flusher_commits_without_being_asked(tmp_path: Path) -> None:
     journal = _open(tmp_path, flush_interval_ms=5)
     journal.start_flusher()
