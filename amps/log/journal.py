@@ -621,7 +621,19 @@ class Journal:
             and all(type(item) is bytes for item in batch)
         ):
             self._flush_inline(kernel, cast(list[bytes], batch), commit, last_txid, loop)
-            return
+        else:
+            self._flush_in_thread(batch, checkpoint, commit, last_txid, loop)
+
+    def _flush_in_thread(
+        self,
+        batch: list[bytes | Rotate],
+        checkpoint: SegmentSummary | None,
+        commit: bytes,
+        last_txid: int,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Hand the batch to the writer thread (started on first use); `_flushed` runs after."""
+        assert self._writer is not None
         if self._writer_thread is None:
             self._writer_thread = _WriterThread(self._writer)
         self._writer_thread.submit(
@@ -630,14 +642,16 @@ class Journal:
 
     def _kernel_fsync_on(self, loop: asyncio.AbstractEventLoop) -> KernelFsync | None:
         """The kernel's fsync, its eventfd watched by `loop` (opened on first use)."""
-        if self._kernel_fsync is None and self.kernel_fsync_allowed:
+        if not self.kernel_fsync_allowed:
+            return None
+        if self._kernel_fsync is None:
             self._kernel_fsync = opened = KernelFsync.open()
             if isinstance(opened, str):
                 log.info("%s: fsyncs from the writer thread (%s)", self.directory, opened)
             else:
                 log.debug("%s: small commits fsynced through io_uring", self.directory)
         kernel = self._kernel_fsync
-        if not isinstance(kernel, KernelFsync) or not self.kernel_fsync_allowed:
+        if not isinstance(kernel, KernelFsync):
             return None
         if self._kernel_fsync_loop is not loop:  # a journal may outlive an asyncio.run
             self._unwatch_kernel_fsync()
@@ -693,9 +707,7 @@ class Journal:
             self._unwatch_kernel_fsync()
             kernel.close()
             self._kernel_fsync = f"io_uring refused an fsync: {exc}"
-            if self._writer_thread is None:
-                self._writer_thread = _WriterThread(writer)
-            self._writer_thread.submit([], None, commit, loop, partial(self._flushed, last_txid))
+            self._flush_in_thread([], None, commit, last_txid, loop)
 
     def _fsynced_inline(
         self,
